@@ -1,0 +1,46 @@
+# The two commands of the quick start are `make run` and `make test`; both install first.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+UV_VERSION := 0.13.9
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+BIN := $(VENV)/bin
+CONFIG ?= config/gateway.example.yaml
+PACKAGES := gateway channels sessions storage
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+
+.PHONY: install run test lint format pytest lock clean
+
+install: $(VENV)/.installed
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.installed: $(UV) pyproject.toml uv.lock
+	$(UV) sync --frozen --python $(PYTHON)
+	touch $@
+
+lock: $(UV)
+	$(UV) lock --python $(PYTHON)
+
+run: install
+	GATEWAY_LOG_FORMAT=console $(BIN)/gateway run --config $(CONFIG)
+
+lint: install
+	$(BIN)/ruff check $(PACKAGES) tests bench
+	$(BIN)/ruff format --check $(PACKAGES) tests bench
+	$(BIN)/mypy $(PACKAGES)
+
+format: install
+	$(BIN)/ruff format $(PACKAGES) tests bench
+	$(BIN)/ruff check --fix $(PACKAGES) tests bench
+
+pytest: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint pytest
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .ruff_cache .pytest_cache var

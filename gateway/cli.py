@@ -1,0 +1,147 @@
+"""The `gateway` command line: run the server, check a config, migrate the database.
+
+Every failure the operator can fix ends as one clear line on stderr and a non-zero exit code,
+never a traceback: 2 for an invalid config or command line, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import uvicorn
+
+from gateway.app import create_app
+from gateway.config import check_config, load_config
+from gateway.log import configure_logging, get_logger
+from gateway.runtime import GatewayRuntime
+from gateway.settings import GatewayConfig
+from storage.database import Database
+from storage.errors import ConfigError, GatewayError
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+log = get_logger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gateway", description="The multi-channel assistant gateway."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="serve HTTP (and the enabled channels)")
+    run.add_argument("--config", type=Path, help="YAML config (default: embedded defaults)")
+    run.add_argument("--log-format", choices=["json", "console"], help="override logging.format")
+    run.set_defaults(handler=_run)
+
+    config = commands.add_parser("config", help="configuration tools")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    check = config_commands.add_parser("check", help="validate a config file")
+    check.add_argument("file", type=Path)
+    check.set_defaults(handler=_config_check)
+
+    db = commands.add_parser("db", help="database tools")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_commands.add_parser("upgrade", help="apply the database migrations")
+    upgrade.add_argument("--config", type=Path, help="YAML config (default: embedded defaults)")
+    upgrade.set_defaults(handler=_db_upgrade)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `gateway` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    except GatewayError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_FAILURE
+    return code
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    problems = check_config(args.file)
+    if not problems:
+        print("ok")
+        return EXIT_OK
+    for problem in problems:
+        print(problem)
+    return EXIT_USAGE
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    configure_logging(config.logging.format, config.logging.level)
+
+    async def upgrade() -> str | None:
+        database = Database(config.storage.database_url, pool_size=config.storage.pool_size)
+        try:
+            await database.upgrade()
+            return await database.current_revision()
+        finally:
+            await database.dispose()
+
+    revision = asyncio.run(upgrade())
+    print(f"database at revision {revision}")
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    configure_logging(args.log_format or config.logging.format, config.logging.level)
+    asyncio.run(serve(config))
+    return EXIT_OK
+
+
+class _GatewayServer(uvicorn.Server):
+    """uvicorn's server without its own signal handling (`serve` installs the gateway's)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Leave signals to `serve`, which stops the server and then closes the runtime."""
+        yield
+
+
+async def serve(config: GatewayConfig) -> None:
+    """Start the runtime, serve until SIGTERM/SIGINT, then shut down in order.
+
+    On the first signal uvicorn stops accepting connections and lets in-flight requests
+    finish; a second signal forces the exit. The runtime closes only after the server stops.
+    """
+    runtime = await GatewayRuntime.start(config)
+    try:
+        server = _GatewayServer(
+            uvicorn.Config(
+                create_app(runtime),
+                host=config.server.host,
+                port=config.server.port,
+                log_config=None,
+                access_log=False,
+                lifespan="off",
+                server_header=False,
+            )
+        )
+        loop = asyncio.get_running_loop()
+
+        def request_stop(signum: signal.Signals) -> None:
+            log.info("gateway.stopping", signal=signum.name, forced=server.should_exit)
+            server.force_exit = server.should_exit
+            server.should_exit = True
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, request_stop, signum)
+        log.info("http.listening", host=config.server.host, port=config.server.port)
+        await server.serve()
+    finally:
+        await runtime.close()

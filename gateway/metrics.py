@@ -1,0 +1,41 @@
+"""Prometheus metrics of the gateway, kept in one registry per running app.
+
+A registry per app (instead of the process-global default) lets tests start several apps in one
+process and read each one's figures on its own.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client.process_collector import ProcessCollector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class GatewayMetrics:
+    """The metric objects of one app; channels and jobs record into these."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        self.info = Info(
+            "gateway", "Gateway build and configuration facts.", registry=self.registry
+        )
+        self.http_requests = Counter(
+            "gateway_http_requests",
+            "HTTP requests answered, by route and status code.",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.http_latency = Histogram(
+            "gateway_http_request_duration_seconds",
+            "Time to answer an HTTP request, by route.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text exposition format."""
+        return generate_latest(self.registry)

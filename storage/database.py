@@ -1,0 +1,151 @@
+"""The database handle: engine set-up per backend, sessions, health check and migrations."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, event, make_url, text
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from storage.errors import StorageError
+
+MIGRATIONS_PATH = Path(__file__).parent / "migrations"
+SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+psycopg")
+
+
+def redact_url(url: str | URL) -> str:
+    """The URL as text with any password hidden, safe for logs and error messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable database URL>"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # Foreign keys are off by default in SQLite; WAL lets readers run beside the one writer;
+    # busy_timeout makes a second writer wait instead of failing at once.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+def alembic_config() -> AlembicConfig:
+    """Alembic configuration pointing at the packaged migrations (no alembic.ini needed)."""
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS_PATH))
+    return config
+
+
+class Database:
+    """One async engine and its session factory.
+
+    SQLite (the embedded default) and PostgreSQL are both supported; the URL picks the driver.
+    """
+
+    def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise StorageError(f"invalid database URL: {exc}") from exc
+        if parsed.drivername not in SUPPORTED_DRIVERS:
+            raise StorageError(
+                f"unsupported database URL {redact_url(parsed)}: use one of "
+                + ", ".join(f"{driver}://" for driver in SUPPORTED_DRIVERS)
+            )
+        self.url = parsed
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        options: dict[str, Any] = {"echo": echo, "pool_pre_ping": True}
+        if self.is_sqlite:
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            options["connect_args"] = {"timeout": 30}
+        else:
+            options.update(pool_size=pool_size, max_overflow=pool_size)
+            options["connect_args"] = {"connect_timeout": 5}
+        self.engine: AsyncEngine = create_async_engine(parsed, **options)
+        if self.is_sqlite:
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def display_url(self) -> str:
+        """The URL with its password hidden."""
+        return redact_url(self.url)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        """A session in one transaction: committed on success, rolled back on error."""
+        async with self.sessionmaker() as session, session.begin():
+            yield session
+
+    async def ping(self, *, within_seconds: float = 2.0) -> None:
+        """Run `SELECT 1`; raises `StorageError` with the cause when the database is unusable."""
+        try:
+            async with asyncio.timeout(within_seconds), self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except TimeoutError as exc:
+            raise StorageError(
+                f"database {self.display_url} did not answer within {within_seconds:g}s"
+            ) from exc
+        except (SQLAlchemyError, OSError) as exc:
+            raise StorageError(
+                f"database {self.display_url} is unreachable: {_first_line(exc)}"
+            ) from exc
+
+    async def upgrade(self, revision: str = "head") -> None:
+        """Apply migrations up to `revision` (default: the newest)."""
+        try:
+            async with self.engine.begin() as conn:
+                await conn.run_sync(_run_upgrade, revision)
+        except (SQLAlchemyError, OSError) as exc:
+            raise StorageError(
+                f"migrating database {self.display_url} failed: {_first_line(exc)}"
+            ) from exc
+
+    async def current_revision(self) -> str | None:
+        """The migration revision the database is at, or None for an empty database."""
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(
+                lambda sync: MigrationContext.configure(sync).get_current_revision()
+            )
+
+    @staticmethod
+    def head_revision() -> str | None:
+        """The newest migration revision shipped with the code."""
+        return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+    async def dispose(self) -> None:
+        """Close every pooled connection."""
+        await self.engine.dispose()
+
+
+def _run_upgrade(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+def _first_line(exc: BaseException) -> str:
+    # Driver errors carry the SQL and a documentation link after the first line; the first line
+    # is the part an operator needs.
+    original = getattr(exc, "orig", None) or exc
+    message = str(original).strip().splitlines()
+    return message[0] if message else type(original).__name__

@@ -1,0 +1,69 @@
+"""The gateway's one error tree.
+
+Every layer raises from this tree, so it lives in the bottom layer (`storage`), which every
+other package may import::
+
+    GatewayError                  anything the gateway raises on purpose
+    ├── ConfigError               the config file is unreadable, invalid or names a missing env var
+    ├── ChannelAuthError          an inbound request failed verification (signature, JWT, DKIM …)
+    ├── ChannelPayloadError       an inbound payload is malformed or unsupported
+    ├── RoutingError              a message cannot be tied to a user or session
+    ├── SessionStateError         an illegal session lifecycle transition
+    ├── StorageError              the database or the transcript store failed
+    │   └── ArchiveExistsError    an immutable archive object already exists
+    └── LLMError                  the language model could not produce an answer
+
+Catch the narrowest class that the caller can act on; `GatewayError` itself is caught only at
+process edges (the CLI, the HTTP app) to turn it into a clear message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises deliberately."""
+
+
+class ConfigError(GatewayError):
+    """The configuration cannot be used; the message names the file, key and problem.
+
+    `problems` holds one line per problem (the message is those lines joined by newlines).
+    """
+
+    def __init__(self, message: str, *, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems: tuple[str, ...] = tuple(problems) or (message,)
+
+
+class ChannelAuthError(GatewayError):
+    """An inbound request did not prove who sent it."""
+
+
+class ChannelPayloadError(GatewayError):
+    """An inbound payload is malformed or of a kind the channel does not handle."""
+
+
+class RoutingError(GatewayError):
+    """A message cannot be tied to a user or a session."""
+
+
+class SessionStateError(GatewayError):
+    """A session lifecycle transition that the state machine does not allow."""
+
+
+class StorageError(GatewayError):
+    """The database or the transcript store failed; `key` names the object, when there is one."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(f"{message} (key {key})" if key else message)
+        self.key = key
+
+
+class ArchiveExistsError(StorageError):
+    """An archive object is immutable and one already exists under that key."""
+
+
+class LLMError(GatewayError):
+    """The language model call failed after its retries."""

@@ -1,0 +1,376 @@
+"""SQLAlchemy models for the whole domain.
+
+One table per concept: organizations and their users, the users' channel identities, sessions
+and the channels/threads they span, the session transcript (messages), compactions, archived
+session summaries, memory facts, the durable inbox and outbox, and leases for leader-elected
+background jobs. The schema runs unchanged on SQLite and PostgreSQL; migrations in
+`storage/migrations` create exactly these tables (a test compares the two).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Deterministic constraint names keep migrations identical on both databases.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite has no 64-bit autoincrement type of its own; INTEGER PRIMARY KEY is its rowid.
+BigIntId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware in UTC (the only kind of time the database holds)."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always read back timezone-aware.
+
+    SQLite drops the offset, PostgreSQL keeps it; this type makes both return aware UTC values
+    and refuses naive ones on the way in, so no comparison ever mixes the two kinds.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Normalise to UTC; a naive datetime is a programming error."""
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Attach UTC to values SQLite returns without an offset."""
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base with the project's naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON(),
+        list[Any]: JSON(),
+    }
+
+
+class SessionStatus(enum.StrEnum):
+    """Lifecycle states of a session (transitions are enforced in `sessions/`)."""
+
+    ACTIVE = "active"
+    COMPACTING = "compacting"
+    ARCHIVED = "archived"
+    EXPORTED = "exported"
+    DELETED = "deleted"
+
+
+class InboundStatus(enum.StrEnum):
+    """Where an accepted inbound message is in its processing."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    DONE = "done"
+    REJECTED = "rejected"
+    FAILED = "failed"
+
+
+class OutboundStatus(enum.StrEnum):
+    """Delivery state of a reply."""
+
+    PENDING = "pending"
+    SENDING = "sending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+def _enum_column(enum_type: type[enum.StrEnum], default: enum.StrEnum) -> Mapped[Any]:
+    # Stored as plain strings: adding a state later needs no database enum migration.
+    length = max(len(member.value) for member in enum_type)
+    return mapped_column(String(length), default=default.value, nullable=False)
+
+
+class Organization(Base):
+    """A tenant of the gateway; its `context` is given to the assistant for its users."""
+
+    __tablename__ = "organizations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    context: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class User(Base):
+    """A person who talks to the assistant, on any number of channels."""
+
+    __tablename__ = "users"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    org_id: Mapped[str] = mapped_column(
+        ForeignKey("organizations.id", ondelete="CASCADE"), index=True
+    )
+    display_name: Mapped[str] = mapped_column(String(200), default="")
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    provisioned: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class UserChannelIdentity(Base):
+    """One external identity (Slack `TEAM:USER`, AAD object id, email address, web id)."""
+
+    __tablename__ = "user_channel_identities"
+    __table_args__ = (UniqueConstraint("channel_type", "external_id"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    channel_type: Mapped[str] = mapped_column(String(16))
+    external_id: Mapped[str] = mapped_column(String(320))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Session(Base):
+    """A conversation of one user, possibly spanning channels, threads and days."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (
+        Index("ix_sessions_user_status_active", "user_id", "status", "last_active_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    org_id: Mapped[str] = mapped_column(String(64))
+    # With `sessions.scope: channel` a session belongs to one channel type; NULL for scope user.
+    scope_channel: Mapped[str | None] = mapped_column(String(16))
+    status: Mapped[str] = _enum_column(SessionStatus, SessionStatus.ACTIVE)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    last_active_at: Mapped[datetime] = mapped_column(default=utcnow)
+    archived_at: Mapped[datetime | None]
+    message_count: Mapped[int] = mapped_column(Integer, default=0)
+    user_message_count: Mapped[int] = mapped_column(Integer, default=0)
+    assistant_message_count: Mapped[int] = mapped_column(Integer, default=0)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    context_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    compaction_count: Mapped[int] = mapped_column(Integer, default=0)
+    # Sequence numbers are handed out from here under the session's turn lock.
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    topic_summary: Mapped[str] = mapped_column(Text, default="")
+    topics: Mapped[list[Any]] = mapped_column(default=list)
+    skills_activated: Mapped[list[Any]] = mapped_column(default=list)
+    transcript_ref: Mapped[str | None] = mapped_column(String(512))
+
+    @property
+    def tokens_used(self) -> int:
+        """Input plus output tokens billed for this session so far."""
+        return self.input_tokens + self.output_tokens
+
+
+class SessionChannel(Base):
+    """A channel (and thread) a session has spanned.
+
+    A thread belongs to exactly one session: (channel_type, channel_id, thread_id) is unique
+    whenever thread_id is set. A thread-less channel (a DM, the web page) is used by one session
+    after another, so there it is unique per session only. `thread_id` is '' for no thread
+    because NULLs never collide in a unique index.
+    """
+
+    __tablename__ = "session_channels"
+    __table_args__ = (
+        UniqueConstraint("session_id", "channel_type", "channel_id", "thread_id"),
+        Index(
+            "uq_session_channels_thread",
+            "channel_type",
+            "channel_id",
+            "thread_id",
+            unique=True,
+            sqlite_where=text("thread_id <> ''"),
+            postgresql_where=text("thread_id <> ''"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    channel_type: Mapped[str] = mapped_column(String(16))
+    channel_id: Mapped[str] = mapped_column(String(320))
+    thread_id: Mapped[str] = mapped_column(String(512), default="")
+    joined_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_message_at: Mapped[datetime] = mapped_column(default=utcnow)
+    message_count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class SessionMessage(Base):
+    """One message of a session's transcript, numbered gaplessly from 1 within the session."""
+
+    __tablename__ = "session_messages"
+    __table_args__ = (UniqueConstraint("session_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))
+    channel_type: Mapped[str] = mapped_column(String(16))
+    thread_id: Mapped[str] = mapped_column(String(512), default="")
+    # The platform's id for user messages, ours for replies; replies name what they answer.
+    message_id: Mapped[str | None] = mapped_column(String(512))
+    in_reply_to: Mapped[str | None] = mapped_column(String(512))
+    content: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Tool use/result blocks and other structured content, rebuilt exactly on later turns.
+    metadata_json: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+
+
+class SessionCompaction(Base):
+    """A compaction: which messages left the model's context and what replaced them."""
+
+    __tablename__ = "session_compactions"
+    __table_args__ = (UniqueConstraint("session_id", "seq"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    first_message_seq: Mapped[int] = mapped_column(Integer)
+    last_message_seq: Mapped[int] = mapped_column(Integer)
+    messages_compacted: Mapped[int] = mapped_column(Integer)
+    tokens_before: Mapped[int] = mapped_column(Integer)
+    tokens_after: Mapped[int] = mapped_column(Integer)
+    archive_ref: Mapped[str] = mapped_column(String(512))
+    summary: Mapped[str] = mapped_column(Text)
+    facts: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SessionSummary(Base):
+    """The summary written when a session is archived; feeds later sessions' context."""
+
+    __tablename__ = "session_summaries"
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), unique=True
+    )
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    summary: Mapped[str] = mapped_column(Text)
+    topics: Mapped[list[Any]] = mapped_column(default=list)
+    message_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class UserMemoryFact(Base):
+    """A durable fact about a user (preference, name, commitment), deduplicated by `fact_key`."""
+
+    __tablename__ = "user_memory_facts"
+    __table_args__ = (UniqueConstraint("user_id", "fact_key"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    fact_key: Mapped[str] = mapped_column(String(64))
+    fact: Mapped[str] = mapped_column(Text)
+    category: Mapped[str] = mapped_column(String(32), default="fact")
+    source_session_id: Mapped[str | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="SET NULL")
+    )
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class InboundEvent(Base):
+    """The durable inbox: a platform message, committed before the platform is acknowledged."""
+
+    __tablename__ = "inbound_events"
+    __table_args__ = (
+        UniqueConstraint("channel_type", "message_id"),
+        Index("ix_inbound_events_status_received", "status", "received_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    channel_type: Mapped[str] = mapped_column(String(16))
+    message_id: Mapped[str] = mapped_column(String(512))
+    status: Mapped[str] = _enum_column(InboundStatus, InboundStatus.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    processed_at: Mapped[datetime | None]
+    # Ownership lease of the worker processing it; an expired lease is picked up again.
+    locked_by: Mapped[str | None] = mapped_column(String(128))
+    locked_until: Mapped[datetime | None]
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    session_id: Mapped[str | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
+    )
+    message: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    raw_payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class OutboundMessage(Base):
+    """The durable outbox: a reply committed first, then sent and retried until delivered."""
+
+    __tablename__ = "outbound_messages"
+    __table_args__ = (Index("ix_outbound_messages_status_next", "status", "next_attempt_at"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    message_id: Mapped[str] = mapped_column(String(512), unique=True)
+    user_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    session_id: Mapped[str | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
+    )
+    inbound_event_id: Mapped[int | None] = mapped_column(
+        ForeignKey("inbound_events.id", ondelete="SET NULL")
+    )
+    channel_type: Mapped[str] = mapped_column(String(16))
+    channel_id: Mapped[str] = mapped_column(String(320))
+    thread_id: Mapped[str] = mapped_column(String(512), default="")
+    in_reply_to: Mapped[str | None] = mapped_column(String(512))
+    content: Mapped[str] = mapped_column(Text)
+    reply_context: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = _enum_column(OutboundStatus, OutboundStatus.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
+    platform_message_id: Mapped[str | None] = mapped_column(String(512))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    delivered_at: Mapped[datetime | None]
+
+
+class JobLease(Base):
+    """A lease naming the one process that runs a background job right now."""
+
+    __tablename__ = "job_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    expires_at: Mapped[datetime]

@@ -1,0 +1,507 @@
+"""Typed data access: every query the rest of the gateway runs lives here.
+
+Each repository wraps one `AsyncSession` (one transaction, opened by `Database.session()`), so
+several repositories can take part in the same unit of work. They hold no business rules: which
+session a message belongs to, when to compact or archive, is decided in `sessions/` and
+`gateway/`; here is only how to read and write it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage.errors import StorageError
+from storage.models import (
+    InboundEvent,
+    InboundStatus,
+    Organization,
+    OutboundMessage,
+    OutboundStatus,
+    Session,
+    SessionChannel,
+    SessionMessage,
+    SessionStatus,
+    User,
+    UserChannelIdentity,
+    utcnow,
+)
+
+
+def new_session_id() -> str:
+    """A fresh, unguessable session id."""
+    return uuid.uuid4().hex
+
+
+def _insert(session: AsyncSession, table: Any) -> Any:
+    # INSERT … ON CONFLICT is dialect-specific in SQLAlchemy; both dialects spell it the same.
+    dialect = session.get_bind().dialect.name
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+
+
+class OrganizationRepository:
+    """Organizations (tenants)."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def upsert(self, org_id: str, name: str, context: str = "") -> None:
+        """Create the organization or update its name and context."""
+        statement = _insert(self.session, Organization).values(
+            id=org_id, name=name, context=context, created_at=utcnow()
+        )
+        await self.session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[Organization.id], set_={"name": name, "context": context}
+            )
+        )
+
+    async def get(self, org_id: str) -> Organization | None:
+        """The organization, or None."""
+        return await self.session.get(Organization, org_id)
+
+
+class UserRepository:
+    """Users and their channel identities."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def upsert(
+        self,
+        user_id: str,
+        org_id: str,
+        display_name: str = "",
+        *,
+        is_admin: bool = False,
+        provisioned: bool = False,
+    ) -> None:
+        """Create the user or update its organization, name and admin flag."""
+        statement = _insert(self.session, User).values(
+            id=user_id,
+            org_id=org_id,
+            display_name=display_name,
+            is_admin=is_admin,
+            provisioned=provisioned,
+            created_at=utcnow(),
+        )
+        await self.session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[User.id],
+                set_={"org_id": org_id, "display_name": display_name, "is_admin": is_admin},
+            )
+        )
+
+    async def get(self, user_id: str) -> User | None:
+        """The user, or None."""
+        return await self.session.get(User, user_id)
+
+    async def link_identity(self, user_id: str, channel_type: str, external_id: str) -> None:
+        """Map (channel type, external id) to the user.
+
+        An identity already linked to a different user is an error, never silently moved: that
+        would hand one person's conversations to another.
+        """
+        statement = _insert(self.session, UserChannelIdentity).values(
+            user_id=user_id,
+            channel_type=channel_type,
+            external_id=external_id,
+            created_at=utcnow(),
+        )
+        await self.session.execute(
+            statement.on_conflict_do_nothing(index_elements=["channel_type", "external_id"])
+        )
+        owner = await self.find_by_identity(channel_type, external_id)
+        if owner is None or owner.id != user_id:
+            raise StorageError(
+                f"{channel_type} identity {external_id!r} already belongs to user "
+                f"{owner.id if owner else '?'!r}"
+            )
+
+    async def find_by_identity(self, channel_type: str, external_id: str) -> User | None:
+        """The user that owns this channel identity, or None."""
+        result = await self.session.execute(
+            select(User)
+            .join(UserChannelIdentity, UserChannelIdentity.user_id == User.id)
+            .where(
+                UserChannelIdentity.channel_type == channel_type,
+                UserChannelIdentity.external_id == external_id,
+            )
+        )
+        return result.scalar_one_or_none()
+
+    async def identities(self, user_id: str) -> list[UserChannelIdentity]:
+        """Every channel identity of the user."""
+        result = await self.session.execute(
+            select(UserChannelIdentity)
+            .where(UserChannelIdentity.user_id == user_id)
+            .order_by(UserChannelIdentity.channel_type, UserChannelIdentity.external_id)
+        )
+        return list(result.scalars())
+
+    async def delete(self, user_id: str) -> bool:
+        """Delete the user and, by cascade, everything that belongs to them."""
+        result = await self.session.execute(delete(User).where(User.id == user_id))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+class SessionRepository:
+    """Sessions, the channels they span, and their messages."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def create(
+        self, user_id: str, org_id: str, *, scope_channel: str | None = None, at: datetime
+    ) -> Session:
+        """Start a new active session for the user."""
+        row = Session(
+            id=new_session_id(),
+            user_id=user_id,
+            org_id=org_id,
+            scope_channel=scope_channel,
+            status=SessionStatus.ACTIVE.value,
+            created_at=at,
+            updated_at=at,
+            last_active_at=at,
+        )
+        self.session.add(row)
+        await self.session.flush()
+        return row
+
+    async def get(self, session_id: str, *, for_update: bool = False) -> Session | None:
+        """The session, or None; `for_update` locks its row until the transaction ends."""
+        statement = select(Session).where(Session.id == session_id)
+        if for_update:
+            statement = statement.with_for_update()
+        result = await self.session.execute(statement)
+        return result.scalar_one_or_none()
+
+    async def find_latest_active(
+        self, user_id: str, *, scope_channel: str | None = None
+    ) -> Session | None:
+        """The user's most recently active session in state active (or compacting)."""
+        result = await self.session.execute(
+            select(Session)
+            .where(
+                Session.user_id == user_id,
+                Session.scope_channel.is_(None)
+                if scope_channel is None
+                else Session.scope_channel == scope_channel,
+                Session.status.in_([SessionStatus.ACTIVE.value, SessionStatus.COMPACTING.value]),
+            )
+            .order_by(Session.last_active_at.desc())
+            .limit(1)
+        )
+        return result.scalar_one_or_none()
+
+    async def find_by_thread(
+        self, channel_type: str, channel_id: str, thread_id: str
+    ) -> Session | None:
+        """The session that owns a thread, or None (thread-less channels never match)."""
+        if not thread_id:
+            return None
+        result = await self.session.execute(
+            select(Session)
+            .join(SessionChannel, SessionChannel.session_id == Session.id)
+            .where(
+                SessionChannel.channel_type == channel_type,
+                SessionChannel.channel_id == channel_id,
+                SessionChannel.thread_id == thread_id,
+            )
+        )
+        return result.scalar_one_or_none()
+
+    async def list_for_user(
+        self, user_id: str, *, limit: int = 20, statuses: Sequence[SessionStatus] = ()
+    ) -> list[Session]:
+        """The user's sessions, most recently active first."""
+        statement = select(Session).where(Session.user_id == user_id)
+        if statuses:
+            statement = statement.where(Session.status.in_([status.value for status in statuses]))
+        result = await self.session.execute(
+            statement.order_by(Session.last_active_at.desc()).limit(limit)
+        )
+        return list(result.scalars())
+
+    async def set_status(self, session_id: str, status: SessionStatus, *, at: datetime) -> None:
+        """Store a new status (the transition itself is checked in `sessions/`)."""
+        values: dict[str, Any] = {"status": status.value, "updated_at": at}
+        if status is SessionStatus.ARCHIVED:
+            values["archived_at"] = at
+        await self.session.execute(update(Session).where(Session.id == session_id).values(values))
+
+    async def record_channel(
+        self, session_id: str, channel_type: str, channel_id: str, thread_id: str, *, at: datetime
+    ) -> None:
+        """Note that a message of the session came through this channel/thread."""
+        statement = _insert(self.session, SessionChannel).values(
+            session_id=session_id,
+            channel_type=channel_type,
+            channel_id=channel_id,
+            thread_id=thread_id,
+            joined_at=at,
+            last_message_at=at,
+            message_count=1,
+        )
+        await self.session.execute(
+            statement.on_conflict_do_update(
+                index_elements=["session_id", "channel_type", "channel_id", "thread_id"],
+                set_={
+                    "last_message_at": at,
+                    "message_count": SessionChannel.message_count + 1,
+                },
+            )
+        )
+
+    async def channels(self, session_id: str) -> list[SessionChannel]:
+        """The channels and threads the session spans, in the order they joined."""
+        result = await self.session.execute(
+            select(SessionChannel)
+            .where(SessionChannel.session_id == session_id)
+            .order_by(SessionChannel.joined_at, SessionChannel.id)
+        )
+        return list(result.scalars())
+
+    async def append_message(
+        self,
+        session_id: str,
+        *,
+        role: str,
+        channel_type: str,
+        content: str,
+        at: datetime,
+        thread_id: str = "",
+        message_id: str | None = None,
+        in_reply_to: str | None = None,
+        tokens: int = 0,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionMessage:
+        """Append a message with the next sequence number and update the session's counters.
+
+        The counter update and the insert share the transaction; the `UPDATE … RETURNING`
+        takes the session row's write lock, so two writers can never get the same number.
+        """
+        counters: dict[str, Any] = {
+            "last_seq": Session.last_seq + 1,
+            "message_count": Session.message_count + 1,
+            "last_active_at": at,
+            "updated_at": at,
+        }
+        if role == "user":
+            counters["user_message_count"] = Session.user_message_count + 1
+        elif role == "assistant":
+            counters["assistant_message_count"] = Session.assistant_message_count + 1
+        result = await self.session.execute(
+            update(Session)
+            .where(Session.id == session_id)
+            .values(counters)
+            .returning(Session.last_seq)
+        )
+        seq = result.scalar_one_or_none()
+        if seq is None:
+            raise StorageError(f"session {session_id} does not exist")
+        row = SessionMessage(
+            session_id=session_id,
+            seq=seq,
+            role=role,
+            channel_type=channel_type,
+            thread_id=thread_id,
+            message_id=message_id,
+            in_reply_to=in_reply_to,
+            content=content,
+            tokens=tokens,
+            created_at=at,
+            metadata_json=metadata or {},
+        )
+        self.session.add(row)
+        await self.session.flush()
+        return row
+
+    async def messages(
+        self, session_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[SessionMessage]:
+        """The session's messages after `after_seq`, in sequence order."""
+        statement = (
+            select(SessionMessage)
+            .where(SessionMessage.session_id == session_id, SessionMessage.seq > after_seq)
+            .order_by(SessionMessage.seq)
+        )
+        if limit is not None:
+            statement = statement.limit(limit)
+        result = await self.session.execute(statement)
+        return list(result.scalars())
+
+    async def count_by_status(self) -> dict[str, int]:
+        """How many sessions are in each state (for metrics)."""
+        result = await self.session.execute(
+            select(Session.status, func.count()).group_by(Session.status)
+        )
+        return {status: count for status, count in result.tuples()}
+
+    async def delete(self, session_id: str) -> bool:
+        """Delete the session and, by cascade, its channels, messages and compactions."""
+        result = await self.session.execute(delete(Session).where(Session.id == session_id))
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+class InboxRepository:
+    """The durable inbox of accepted platform messages."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def accept(
+        self,
+        channel_type: str,
+        message_id: str,
+        *,
+        message: dict[str, Any],
+        raw_payload: dict[str, Any],
+        at: datetime,
+    ) -> int | None:
+        """Insert the message; its row id, or None when (channel, message id) was seen before."""
+        statement = (
+            _insert(self.session, InboundEvent)
+            .values(
+                channel_type=channel_type,
+                message_id=message_id,
+                status=InboundStatus.PENDING.value,
+                received_at=at,
+                message=message,
+                raw_payload=raw_payload,
+            )
+            .on_conflict_do_nothing(index_elements=["channel_type", "message_id"])
+            .returning(InboundEvent.id)
+        )
+        result = await self.session.execute(statement)
+        return result.scalar_one_or_none()
+
+    async def get(self, event_id: int) -> InboundEvent | None:
+        """The inbound event, or None."""
+        return await self.session.get(InboundEvent, event_id)
+
+    async def set_status(
+        self, event_id: int, status: InboundStatus, *, at: datetime, error: str | None = None
+    ) -> None:
+        """Record how processing of the event ended (or that it started)."""
+        values: dict[str, Any] = {"status": status.value, "error": error}
+        if status in (InboundStatus.DONE, InboundStatus.REJECTED, InboundStatus.FAILED):
+            values.update(processed_at=at, locked_by=None, locked_until=None)
+        await self.session.execute(
+            update(InboundEvent).where(InboundEvent.id == event_id).values(values)
+        )
+
+    async def unfinished(self, *, limit: int = 100) -> list[InboundEvent]:
+        """Accepted events not yet finished, oldest first (what a restart must pick up)."""
+        result = await self.session.execute(
+            select(InboundEvent)
+            .where(
+                InboundEvent.status.in_(
+                    [InboundStatus.PENDING.value, InboundStatus.PROCESSING.value]
+                )
+            )
+            .order_by(InboundEvent.received_at, InboundEvent.id)
+            .limit(limit)
+        )
+        return list(result.scalars())
+
+
+class OutboxRepository:
+    """The durable outbox of replies."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def enqueue(
+        self,
+        *,
+        message_id: str,
+        channel_type: str,
+        channel_id: str,
+        content: str,
+        at: datetime,
+        thread_id: str = "",
+        in_reply_to: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        inbound_event_id: int | None = None,
+        reply_context: dict[str, Any] | None = None,
+    ) -> OutboundMessage:
+        """Commit a reply for sending (the caller's transaction commits it)."""
+        row = OutboundMessage(
+            message_id=message_id,
+            user_id=user_id,
+            session_id=session_id,
+            inbound_event_id=inbound_event_id,
+            channel_type=channel_type,
+            channel_id=channel_id,
+            thread_id=thread_id,
+            in_reply_to=in_reply_to,
+            content=content,
+            reply_context=reply_context or {},
+            status=OutboundStatus.PENDING.value,
+            created_at=at,
+            next_attempt_at=at,
+        )
+        self.session.add(row)
+        await self.session.flush()
+        return row
+
+    async def due(self, now: datetime, *, limit: int = 100) -> list[OutboundMessage]:
+        """Pending replies whose next attempt time has come, oldest first."""
+        result = await self.session.execute(
+            select(OutboundMessage)
+            .where(
+                OutboundMessage.status == OutboundStatus.PENDING.value,
+                OutboundMessage.next_attempt_at <= now,
+            )
+            .order_by(OutboundMessage.next_attempt_at, OutboundMessage.id)
+            .limit(limit)
+        )
+        return list(result.scalars())
+
+    async def mark_delivered(
+        self, outbound_id: int, *, platform_message_id: str | None, at: datetime
+    ) -> None:
+        """The platform accepted the reply."""
+        await self.session.execute(
+            update(OutboundMessage)
+            .where(OutboundMessage.id == outbound_id)
+            .values(
+                status=OutboundStatus.DELIVERED.value,
+                platform_message_id=platform_message_id,
+                delivered_at=at,
+                attempts=OutboundMessage.attempts + 1,
+                last_error=None,
+            )
+        )
+
+    async def mark_attempt_failed(
+        self, outbound_id: int, *, error: str, retry_at: datetime | None
+    ) -> None:
+        """A send failed: schedule the retry at `retry_at`, or give up when it is None."""
+        values: dict[str, Any] = {
+            "attempts": OutboundMessage.attempts + 1,
+            "last_error": error,
+        }
+        if retry_at is None:
+            values["status"] = OutboundStatus.FAILED.value
+        else:
+            values.update(status=OutboundStatus.PENDING.value, next_attempt_at=retry_at)
+        await self.session.execute(
+            update(OutboundMessage).where(OutboundMessage.id == outbound_id).values(values)
+        )
+
+    async def backlog(self) -> int:
+        """How many replies wait to be sent."""
+        result = await self.session.execute(
+            select(func.count()).where(OutboundMessage.status == OutboundStatus.PENDING.value)
+        )
+        return int(result.scalar_one())

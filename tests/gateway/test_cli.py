@@ -1,0 +1,196 @@
+"""The `gateway` command, run as a real process: serve, shut down, check configs, migrate."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE_CONFIG = ROOT / "config" / "gateway.example.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def gateway(
+    *args: str, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+
+
+def write_config(tmp_path: Path, port: int, database_url: str, extra: str = "") -> Path:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        f"""
+server: {{host: 127.0.0.1, port: {port}}}
+storage:
+  database_url: "{database_url}"
+  transcripts: {{backend: local, local_path: "{tmp_path / "transcripts"}"}}
+{extra}
+"""
+    )
+    return path
+
+
+class RunningGateway:
+    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+        self.process = process
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> tuple[int, list[dict[str, object]]]:
+        self.process.send_signal(signal.SIGTERM)
+        _, stderr = self.process.communicate(timeout=30)
+        events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        return self.process.returncode, events
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path) -> Iterator[object]:
+    started: list[RunningGateway] = []
+
+    def start(config: Path, port: int) -> RunningGateway:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "run", "--config", str(config)],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        running = RunningGateway(process, port)
+        started.append(running)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"gateway exited early: {process.communicate()[1]}")
+            try:
+                if httpx.get(f"{running.base_url}/healthz", timeout=1).status_code == 200:
+                    return running
+            except httpx.TransportError:
+                time.sleep(0.1)
+        pytest.fail("gateway did not serve /healthz within 30s")
+
+    yield start
+    for running in started:
+        if running.process.poll() is None:
+            running.process.kill()
+            running.process.communicate()
+
+
+def test_run_serves_health_readiness_and_metrics_then_stops_cleanly_on_sigterm(
+    tmp_path: Path, start_gateway: object
+) -> None:
+    port = free_port()
+    config = write_config(tmp_path, port, f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}")
+    running = start_gateway(config, port)  # type: ignore[operator]
+
+    assert httpx.get(f"{running.base_url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{running.base_url}/readyz").json() == {"status": "ready"}
+    metrics = httpx.get(f"{running.base_url}/metrics")
+    assert metrics.status_code == 200
+    assert 'gateway_info{database="sqlite"' in metrics.text
+    assert 'gateway_http_requests_total{route="/readyz",status="200"} 1.0' in metrics.text
+    assert httpx.get(f"{running.base_url}/nope").status_code == 404
+
+    code, events = running.stop()
+    assert code == 0
+    names = [event["event"] for event in events]
+    assert names.index("gateway.started") < names.index("gateway.stopping")
+    assert names[-1] == "gateway.stopped"
+    assert (tmp_path / "gw.db").exists()
+    assert (tmp_path / "transcripts").is_dir()
+
+
+def test_run_on_postgres_migrates_and_reports_ready(
+    tmp_path: Path, start_gateway: object, postgres_url: str
+) -> None:
+    port = free_port()
+    running = start_gateway(write_config(tmp_path, port, postgres_url), port)  # type: ignore[operator]
+    assert httpx.get(f"{running.base_url}/readyz").json() == {"status": "ready"}
+    assert running.stop()[0] == 0
+
+
+def test_run_with_unreachable_database_exits_with_one_clear_line(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path, free_port(), "postgresql+psycopg://gw:hunter2@127.0.0.1:1/gateway"
+    )
+    result = gateway("run", "--config", str(config))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("gateway:")]
+    assert len(error_lines) == 1
+    assert "is unreachable" in error_lines[0]
+    assert "127.0.0.1:1" in error_lines[0]
+    assert "hunter2" not in result.stderr
+
+
+def test_config_check_of_the_example_prints_ok() -> None:
+    result = gateway("config", "check", str(EXAMPLE_CONFIG), cwd=ROOT)
+    assert (result.returncode, result.stdout) == (0, "ok\n")
+
+
+def test_config_check_reports_every_problem_with_file_line_and_key(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("server:\n  port: eighty\nsessions:\n  archive_aftr: 24h\n")
+    result = gateway("config", "check", str(config))
+    assert result.returncode == 2
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{config}:2: server.port: ")
+    assert lines[1].startswith(f"{config}:4: sessions.archive_aftr: ")
+    assert "archive_after" in lines[1]
+
+
+def test_config_check_of_malformed_yaml_is_not_a_traceback(tmp_path: Path) -> None:
+    config = tmp_path / "broken.yaml"
+    config.write_text("server: {host: [\n")
+    result = gateway("config", "check", str(config))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stdout.startswith(f"{config}:")
+
+
+def test_run_with_an_invalid_config_exits_2_naming_the_problem(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text("llm:\n  api_key: ${GATEWAY_TEST_UNSET_VARIABLE}\n")
+    result = gateway("run", "--config", str(config))
+    assert result.returncode == 2
+    assert "GATEWAY_TEST_UNSET_VARIABLE" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_db_upgrade_migrates_sqlite_and_postgres(tmp_path: Path, postgres_url: str) -> None:
+    for url in (f"sqlite+aiosqlite:///{tmp_path / 'up.db'}", postgres_url):
+        config = write_config(tmp_path, free_port(), url)
+        result = gateway("db", "upgrade", "--config", str(config))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("database at revision 0001")
+
+
+def test_db_upgrade_with_unreachable_database_fails_clearly(tmp_path: Path) -> None:
+    config = write_config(tmp_path, free_port(), "postgresql+psycopg://postgres@127.0.0.1:1/x")
+    result = gateway("db", "upgrade", "--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr.startswith("gateway: migrating database")
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,320 @@
+"""The schema, migrations and repositories, on SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, func, select
+from sqlalchemy.exc import IntegrityError, StatementError
+
+from storage.database import Database, redact_url
+from storage.errors import StorageError
+from storage.models import (
+    Base,
+    InboundStatus,
+    OutboundStatus,
+    SessionChannel,
+    SessionMessage,
+    SessionStatus,
+    UserChannelIdentity,
+)
+from storage.repositories import (
+    InboxRepository,
+    OrganizationRepository,
+    OutboxRepository,
+    SessionRepository,
+    UserRepository,
+)
+
+T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+async def make_user(database: Database, user_id: str = "alice") -> None:
+    async with database.session() as session:
+        await OrganizationRepository(session).upsert("acme", "Acme", "Makes anvils.")
+        await UserRepository(session).upsert(user_id, "acme", user_id.title())
+
+
+async def make_session(database: Database, user_id: str = "alice") -> str:
+    async with database.session() as session:
+        row = await SessionRepository(session).create(user_id, "acme", at=T0)
+        return row.id
+
+
+async def add_in_own_transaction(database: Database, row: object) -> None:
+    async with database.session() as session:
+        session.add(row)
+
+
+async def test_migrations_create_exactly_the_models(database: Database) -> None:
+    def diff(connection: Connection) -> list[object]:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        return list(compare_metadata(context, Base.metadata))
+
+    async with database.engine.connect() as connection:
+        assert await connection.run_sync(diff) == []
+    assert await database.current_revision() == Database.head_revision()
+
+
+async def test_upgrade_twice_is_a_no_op(database: Database) -> None:
+    await database.upgrade()
+    assert await database.current_revision() == Database.head_revision()
+
+
+async def test_channel_identity_maps_to_exactly_one_user(database: Database) -> None:
+    await make_user(database, "alice")
+    await make_user(database, "bob")
+    async with database.session() as session:
+        users = UserRepository(session)
+        await users.link_identity("alice", "slack", "T1:U1")
+        await users.link_identity("alice", "slack", "T1:U1")  # idempotent
+        with pytest.raises(StorageError, match="already belongs to user 'alice'"):
+            await users.link_identity("bob", "slack", "T1:U1")
+    async with database.session() as session:
+        owner = await UserRepository(session).find_by_identity("slack", "T1:U1")
+        assert owner is not None
+        assert owner.id == "alice"
+        count = await session.scalar(select(func.count()).select_from(UserChannelIdentity))
+        assert count == 1
+
+
+async def test_messages_get_gapless_sequence_numbers_and_counters(database: Database) -> None:
+    await make_user(database)
+    session_id = await make_session(database)
+    async with database.session() as session:
+        sessions = SessionRepository(session)
+        for index in range(3):
+            await sessions.append_message(
+                session_id,
+                role="user" if index % 2 == 0 else "assistant",
+                channel_type="web",
+                content=f"message {index}",
+                at=T0 + timedelta(minutes=index),
+                metadata={"blocks": [{"type": "text", "text": "x"}]} if index == 1 else None,
+            )
+    async with database.session() as session:
+        sessions = SessionRepository(session)
+        messages = await sessions.messages(session_id)
+        row = await sessions.get(session_id)
+    assert [message.seq for message in messages] == [1, 2, 3]
+    assert [message.content for message in messages] == ["message 0", "message 1", "message 2"]
+    assert messages[1].metadata_json == {"blocks": [{"type": "text", "text": "x"}]}
+    assert row is not None
+    assert (row.message_count, row.user_message_count, row.assistant_message_count) == (3, 2, 1)
+    assert row.last_active_at == T0 + timedelta(minutes=2)
+    assert row.last_active_at.tzinfo is not None
+
+
+async def test_concurrent_appends_never_share_a_sequence_number(database: Database) -> None:
+    await make_user(database)
+    session_id = await make_session(database)
+
+    async def append(index: int) -> None:
+        async with database.session() as session:
+            await SessionRepository(session).append_message(
+                session_id, role="user", channel_type="web", content=str(index), at=T0
+            )
+
+    await asyncio.gather(*(append(index) for index in range(20)))
+    async with database.session() as session:
+        seqs = [message.seq for message in await SessionRepository(session).messages(session_id)]
+    assert seqs == list(range(1, 21))
+
+
+async def test_duplicate_sequence_number_is_refused_by_the_database(database: Database) -> None:
+    await make_user(database)
+    session_id = await make_session(database)
+    async with database.session() as session:
+        session.add(
+            SessionMessage(
+                session_id=session_id, seq=1, role="user", channel_type="web", content="x"
+            )
+        )
+    duplicate = SessionMessage(
+        session_id=session_id, seq=1, role="user", channel_type="web", content="y"
+    )
+    with pytest.raises(IntegrityError):
+        await add_in_own_transaction(database, duplicate)
+
+
+async def test_a_thread_belongs_to_one_session_but_a_dm_to_many(database: Database) -> None:
+    await make_user(database)
+    first, second = await make_session(database), await make_session(database)
+    async with database.session() as session:
+        sessions = SessionRepository(session)
+        await sessions.record_channel(first, "slack", "D1", "", at=T0)
+        await sessions.record_channel(first, "slack", "D1", "", at=T0 + timedelta(minutes=1))
+        await sessions.record_channel(second, "slack", "D1", "", at=T0)
+        await sessions.record_channel(first, "slack", "C1", "1700000000.000100", at=T0)
+    async with database.session() as session:
+        sessions = SessionRepository(session)
+        channels = await sessions.channels(first)
+        found = await sessions.find_by_thread("slack", "C1", "1700000000.000100")
+        assert await sessions.find_by_thread("slack", "D1", "") is None
+    assert [(c.channel_id, c.thread_id, c.message_count) for c in channels] == [
+        ("D1", "", 2),
+        ("C1", "1700000000.000100", 1),
+    ]
+    assert channels[0].last_message_at == T0 + timedelta(minutes=1)
+    assert found is not None
+    assert found.id == first
+    stolen_thread = SessionChannel(
+        session_id=second, channel_type="slack", channel_id="C1", thread_id="1700000000.000100"
+    )
+    with pytest.raises(IntegrityError):
+        await add_in_own_transaction(database, stolen_thread)
+
+
+async def test_latest_active_session_ignores_archived_ones(database: Database) -> None:
+    await make_user(database)
+    old, new = await make_session(database), await make_session(database)
+    async with database.session() as session:
+        sessions = SessionRepository(session)
+        await sessions.append_message(
+            new, role="user", channel_type="web", content="hi", at=T0 + timedelta(hours=1)
+        )
+        assert (await sessions.find_latest_active("alice")).id == new  # type: ignore[union-attr]
+        await sessions.set_status(new, SessionStatus.ARCHIVED, at=T0 + timedelta(hours=2))
+        latest = await sessions.find_latest_active("alice")
+        archived = await sessions.get(new)
+    assert latest is not None
+    assert latest.id == old
+    assert archived is not None
+    assert archived.archived_at == T0 + timedelta(hours=2)
+
+
+async def test_deleting_a_user_removes_everything_of_theirs(database: Database) -> None:
+    await make_user(database, "alice")
+    await make_user(database, "bob")
+    alice_session = await make_session(database, "alice")
+    bob_session = await make_session(database, "bob")
+    async with database.session() as session:
+        sessions, users = SessionRepository(session), UserRepository(session)
+        await users.link_identity("alice", "email", "alice@acme.example")
+        for session_id in (alice_session, bob_session):
+            await sessions.append_message(
+                session_id, role="user", channel_type="web", content="secret", at=T0
+            )
+            await sessions.record_channel(session_id, "web", session_id, "", at=T0)
+        event_id = await InboxRepository(session).accept(
+            "web", "m-alice", message={"content": "secret"}, raw_payload={}, at=T0
+        )
+        assert event_id is not None
+        inbound = await InboxRepository(session).get(event_id)
+        assert inbound is not None
+        inbound.user_id, inbound.session_id = "alice", alice_session
+        await OutboxRepository(session).enqueue(
+            message_id="out-1",
+            channel_type="web",
+            channel_id="alice",
+            content="reply",
+            at=T0,
+            user_id="alice",
+            session_id=alice_session,
+        )
+    async with database.session() as session:
+        assert await UserRepository(session).delete("alice")
+    async with database.session() as session:
+        remaining: dict[str, int] = {}
+        for table in Base.metadata.sorted_tables:
+            remaining[table.name] = int(
+                await session.scalar(select(func.count()).select_from(table)) or 0
+            )
+    assert remaining["sessions"] == 1
+    assert remaining["session_messages"] == 1
+    assert remaining["session_channels"] == 1
+    assert remaining["user_channel_identities"] == 0
+    assert remaining["inbound_events"] == 0
+    assert remaining["outbound_messages"] == 0
+    assert remaining["users"] == 1
+
+
+async def test_inbox_accepts_a_message_id_once(database: Database) -> None:
+    async with database.session() as session:
+        inbox = InboxRepository(session)
+        first = await inbox.accept("web", "m1", message={"a": 1}, raw_payload={"b": 2}, at=T0)
+        again = await inbox.accept("web", "m1", message={"a": 1}, raw_payload={"b": 2}, at=T0)
+        other_channel = await inbox.accept("slack", "m1", message={}, raw_payload={}, at=T0)
+    assert first is not None
+    assert other_channel is not None
+    assert again is None
+    async with database.session() as session:
+        inbox = InboxRepository(session)
+        assert [event.message_id for event in await inbox.unfinished()] == ["m1", "m1"]
+        await inbox.set_status(first, InboundStatus.DONE, at=T0)
+        pending = await inbox.unfinished()
+    assert [event.channel_type for event in pending] == ["slack"]
+
+
+async def test_outbox_retries_then_delivers_or_gives_up(database: Database) -> None:
+    async with database.session() as session:
+        outbox = OutboxRepository(session)
+        first = await outbox.enqueue(
+            message_id="out-1", channel_type="web", channel_id="alice", content="a", at=T0
+        )
+        second = await outbox.enqueue(
+            message_id="out-2", channel_type="web", channel_id="alice", content="b", at=T0
+        )
+    async with database.session() as session:
+        outbox = OutboxRepository(session)
+        assert [row.message_id for row in await outbox.due(T0)] == ["out-1", "out-2"]
+        await outbox.mark_attempt_failed(first.id, error="429", retry_at=T0 + timedelta(seconds=5))
+        await outbox.mark_attempt_failed(second.id, error="gone", retry_at=None)
+        assert await outbox.due(T0) == []
+        assert [row.message_id for row in await outbox.due(T0 + timedelta(seconds=5))] == ["out-1"]
+        await outbox.mark_delivered(first.id, platform_message_id="p-1", at=T0)
+        assert await outbox.backlog() == 0
+    async with database.session() as session:
+        delivered = await session.get(type(first), first.id)
+        failed = await session.get(type(second), second.id)
+    assert delivered is not None
+    assert failed is not None
+    assert (delivered.status, delivered.attempts, delivered.platform_message_id) == (
+        OutboundStatus.DELIVERED,
+        2,
+        "p-1",
+    )
+    assert (failed.status, failed.attempts, failed.last_error) == (
+        OutboundStatus.FAILED,
+        1,
+        "gone",
+    )
+
+
+async def test_naive_datetimes_are_refused(database: Database) -> None:
+    await make_user(database)
+    with pytest.raises(StatementError, match="naive datetime"):
+        async with database.session() as session:
+            await SessionRepository(session).create(
+                "alice",
+                "acme",
+                at=datetime(2026, 1, 1),
+            )
+
+
+async def test_unreachable_database_is_a_clear_storage_error() -> None:
+    database = Database("postgresql+psycopg://postgres:hunter2@127.0.0.1:1/none")
+    with pytest.raises(StorageError, match="unreachable") as caught:
+        await database.ping()
+    assert "hunter2" not in str(caught.value)
+    with pytest.raises(StorageError, match="migrating database"):
+        await database.upgrade()
+    await database.dispose()
+
+
+def test_unsupported_database_url_names_the_supported_ones() -> None:
+    with pytest.raises(StorageError, match=r"postgresql\+psycopg://"):
+        Database("mysql://root@localhost/x")
+    with pytest.raises(StorageError, match="invalid database URL"):
+        Database("not a url")
+
+
+def test_passwords_are_hidden_in_displayed_urls(tmp_path: Path) -> None:
+    assert "s3cret" not in redact_url("postgresql+psycopg://u:s3cret@h/db")
+    assert Database(f"sqlite+aiosqlite:///{tmp_path}/x/y.db").display_url.endswith("y.db")
+    assert (tmp_path / "x").is_dir()
