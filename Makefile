@@ -26,7 +26,7 @@ lock: $(UV)
 	$(UV) lock --python $(PYTHON)
 
 run: install
-	GATEWAY_LOG_FORMAT=console $(BIN)/gateway run --config $(CONFIG)
+	$(BIN)/gateway run --config $(CONFIG) --log-format console
 
 lint: install
 	$(BIN)/ruff check $(PACKAGES) tests bench

@@ -1,5 +1,8 @@
 """The `gateway` command line: run the server, check a config, migrate the database.
 
+Heavy imports (SQLAlchemy, the HTTP stack) happen inside the commands that need them, so
+`gateway config check` answers quickly.
+
 Every failure the operator can fix ends as one clear line on stderr and a non-zero exit code,
 never a traceback: 2 for an invalid config or command line, 1 for anything else.
 """
@@ -8,25 +11,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import uvicorn
-
-from gateway.app import create_app
 from gateway.config import check_config, load_config
-from gateway.log import configure_logging, get_logger
-from gateway.runtime import GatewayRuntime
-from gateway.settings import GatewayConfig
-from storage.database import Database
+from gateway.log import configure_logging
 from storage.errors import ConfigError, GatewayError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-
-log = get_logger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,6 +76,7 @@ def _config_check(args: argparse.Namespace) -> int:
 def _db_upgrade(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     configure_logging(config.logging.format, config.logging.level)
+    from storage.database import Database  # noqa: PLC0415  (SQLAlchemy: only when needed)
 
     async def upgrade() -> str | None:
         database = Database(config.storage.database_url, pool_size=config.storage.pool_size)
@@ -100,48 +94,7 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     configure_logging(args.log_format or config.logging.format, config.logging.level)
+    from gateway.server import serve  # noqa: PLC0415  (the server stack: only for `run`)
+
     asyncio.run(serve(config))
     return EXIT_OK
-
-
-class _GatewayServer(uvicorn.Server):
-    """uvicorn's server without its own signal handling (`serve` installs the gateway's)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """Leave signals to `serve`, which stops the server and then closes the runtime."""
-        yield
-
-
-async def serve(config: GatewayConfig) -> None:
-    """Start the runtime, serve until SIGTERM/SIGINT, then shut down in order.
-
-    On the first signal uvicorn stops accepting connections and lets in-flight requests
-    finish; a second signal forces the exit. The runtime closes only after the server stops.
-    """
-    runtime = await GatewayRuntime.start(config)
-    try:
-        server = _GatewayServer(
-            uvicorn.Config(
-                create_app(runtime),
-                host=config.server.host,
-                port=config.server.port,
-                log_config=None,
-                access_log=False,
-                lifespan="off",
-                server_header=False,
-            )
-        )
-        loop = asyncio.get_running_loop()
-
-        def request_stop(signum: signal.Signals) -> None:
-            log.info("gateway.stopping", signal=signum.name, forced=server.should_exit)
-            server.force_exit = server.should_exit
-            server.should_exit = True
-
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, request_stop, signum)
-        log.info("http.listening", host=config.server.host, port=config.server.port)
-        await server.serve()
-    finally:
-        await runtime.close()

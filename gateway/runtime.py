@@ -12,7 +12,6 @@ from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewayConfig, TranscriptsConfig
 from storage.database import Database
-from storage.s3_transcripts import S3TranscriptStore
 from storage.transcripts import LocalTranscriptStore, TranscriptStore
 
 log = get_logger(__name__)
@@ -21,6 +20,9 @@ log = get_logger(__name__)
 def open_transcript_store(settings: TranscriptsConfig) -> TranscriptStore:
     """The transcript store the config asks for (local folder or S3)."""
     if settings.backend == "s3":
+        # boto3 takes half a second to import; only S3 deployments pay for it.
+        from storage.s3_transcripts import S3TranscriptStore  # noqa: PLC0415
+
         s3 = settings.s3
         if s3.bucket is None:  # the config schema already refuses this; keep mypy honest
             raise ValueError("storage.transcripts.s3.bucket is required for backend s3")

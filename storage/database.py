@@ -6,12 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, event, make_url, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
@@ -23,6 +19,9 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
 
 MIGRATIONS_PATH = Path(__file__).parent / "migrations"
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+psycopg")
@@ -49,6 +48,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def alembic_config() -> AlembicConfig:
     """Alembic configuration pointing at the packaged migrations (no alembic.ini needed)."""
+    # Alembic (and Mako under it) is imported only when migrations run: it costs a noticeable
+    # part of every CLI start otherwise.
+    from alembic.config import Config as AlembicConfig  # noqa: PLC0415
+
     config = AlembicConfig()
     config.set_main_option("script_location", str(MIGRATIONS_PATH))
     return config
@@ -122,6 +125,8 @@ class Database:
 
     async def current_revision(self) -> str | None:
         """The migration revision the database is at, or None for an empty database."""
+        from alembic.runtime.migration import MigrationContext  # noqa: PLC0415
+
         async with self.engine.connect() as conn:
             return await conn.run_sync(
                 lambda sync: MigrationContext.configure(sync).get_current_revision()
@@ -130,6 +135,8 @@ class Database:
     @staticmethod
     def head_revision() -> str | None:
         """The newest migration revision shipped with the code."""
+        from alembic.script import ScriptDirectory  # noqa: PLC0415
+
         return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
     async def dispose(self) -> None:
@@ -138,6 +145,8 @@ class Database:
 
 
 def _run_upgrade(connection: Connection, revision: str) -> None:
+    from alembic import command  # noqa: PLC0415
+
     config = alembic_config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)

@@ -7,6 +7,7 @@ other package may import::
     ├── ConfigError               the config file is unreadable, invalid or names a missing env var
     ├── ChannelAuthError          an inbound request failed verification (signature, JWT, DKIM …)
     ├── ChannelPayloadError       an inbound payload is malformed or unsupported
+    ├── DeliveryError             a platform did not accept a reply (maybe retry later)
     ├── RoutingError              a message cannot be tied to a user or session
     ├── SessionStateError         an illegal session lifecycle transition
     ├── StorageError              the database or the transcript store failed
@@ -43,6 +44,21 @@ class ChannelAuthError(GatewayError):
 
 class ChannelPayloadError(GatewayError):
     """An inbound payload is malformed or of a kind the channel does not handle."""
+
+
+class DeliveryError(GatewayError):
+    """A platform did not accept a reply.
+
+    `retry_after` (seconds) is the platform's own hint (HTTP `Retry-After`); `permanent` says
+    that retrying cannot help (unknown channel, revoked token), so the outbox gives up at once.
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, permanent: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.permanent = permanent
 
 
 class RoutingError(GatewayError):

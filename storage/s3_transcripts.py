@@ -69,6 +69,11 @@ def _is_write_conflict(exc: ClientError) -> bool:
     return _error_code(exc) in _WRITE_CONFLICT_CODES or _status(exc) in {409, 412}
 
 
+def _backoff(attempt: int) -> float:
+    """Full-jitter backoff, capped: competing writers stop colliding in lockstep."""
+    return random.uniform(0, min(0.5, 0.02 * 2**attempt))  # noqa: S311 - jitter, not secrets
+
+
 def _storage_error(
     operation: str, key: str | None, exc: ClientError | BotoCoreError
 ) -> StorageError:
@@ -160,10 +165,17 @@ class S3TranscriptStore:
         object_key = self._object_key(key)
         data = encode_lines(lines)
         async with self._locks.for_key(object_key):
+            expected: bytes | None = None
             for attempt in range(self._append_attempts):
                 old, etag = await self._run("get_object", key, lambda: self._get(object_key))
+                # A conflict can also be our own PUT: botocore retries a request whose answer
+                # was lost, and the retry fails its precondition. If what we meant to write is
+                # there, the append happened; writing it again would duplicate the lines.
+                if expected is not None and old.startswith(expected):
+                    return
+                expected = old + data
                 params: dict[str, Any] = {"Bucket": self.bucket, "Key": object_key, **self._sse}
-                params["Body"] = old + data
+                params["Body"] = expected
                 params["ContentType"] = "application/x-ndjson"
                 if etag is None:
                     params["IfNoneMatch"] = "*"
@@ -174,8 +186,7 @@ class S3TranscriptStore:
                 except ClientError as exc:
                     # NoSuchKey: the object vanished between our GET and PUT; read again.
                     if _is_write_conflict(exc) or _error_code(exc) == "NoSuchKey":
-                        # Jittered backoff so competing processes stop colliding in lockstep.
-                        await asyncio.sleep(random.uniform(0, 0.02 * 2**attempt))  # noqa: S311
+                        await asyncio.sleep(_backoff(attempt))
                         continue
                     if _error_code(exc) == "NotImplemented" or _status(exc) == 501:
                         raise StorageError(
@@ -216,7 +227,7 @@ class S3TranscriptStore:
                     raise ArchiveExistsError("archive already exists", key=key) from exc
                 if _is_write_conflict(exc):
                     # 409: another write of this key is in flight and may still fail; ask again.
-                    await asyncio.sleep(random.uniform(0, 0.02 * 2**attempt))  # noqa: S311
+                    await asyncio.sleep(_backoff(attempt))
                     continue
                 raise _storage_error("put_object", key, exc) from exc
             except BotoCoreError as exc:

@@ -194,3 +194,40 @@ def test_db_upgrade_with_unreachable_database_fails_clearly(tmp_path: Path) -> N
     assert result.returncode == 1
     assert result.stderr.startswith("gateway: migrating database")
     assert "Traceback" not in result.stderr
+
+
+
+def write_s3_config(tmp_path: Path, port: int, endpoint: str, bucket: str) -> Path:
+    path = tmp_path / "gateway-s3.yaml"
+    path.write_text(
+        f"""
+server: {{host: 127.0.0.1, port: {port}}}
+storage:
+  database_url: "sqlite+aiosqlite:///{tmp_path / "gw.db"}"
+  transcripts:
+    backend: s3
+    s3: {{bucket: {bucket}, endpoint_url: "{endpoint}", region: us-east-1, prefix: gw}}
+"""
+    )
+    return path
+
+
+def test_run_with_a_missing_bucket_exits_with_one_clear_line(
+    tmp_path: Path, s3_endpoint: str
+) -> None:
+    config = write_s3_config(tmp_path, free_port(), s3_endpoint, "no-such-bucket")
+    result = gateway("run", "--config", str(config))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "gateway: S3 bucket 'no-such-bucket' does not exist" in result.stderr
+
+
+def test_run_with_an_s3_transcript_store_serves(
+    tmp_path: Path, s3_endpoint: str, bucket: str, start_gateway: object
+) -> None:
+    port = free_port()
+    config = write_s3_config(tmp_path, port, s3_endpoint, bucket)
+    running = start_gateway(config, port)  # type: ignore[operator]
+    metrics = httpx.get(f"{running.base_url}/metrics").text
+    assert 'transcripts="s3"' in metrics
+    assert running.stop()[0] == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from storage.errors import ArchiveExistsError, StorageError
 from storage.s3_transcripts import S3TranscriptStore
@@ -462,3 +463,28 @@ async def test_s3_appends_from_two_processes_lose_no_line(
     assert sorted(x.tokens for x in lines) == list(range(10))
     for store in stores:
         store.close()
+
+
+async def test_s3_append_whose_success_was_reported_as_a_conflict_is_not_repeated(
+    s3_store: S3TranscriptStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What botocore does when a PUT's answer is lost: it resends, and the resend fails its
+    # If-Match because the first one landed. The store must see its lines there and stop.
+    real_put = s3_store._client.put_object
+    calls = []
+
+    def put_then_report_conflict(**params: Any) -> Any:
+        real_put(**params)
+        calls.append(params["Key"])
+        if len(calls) == 2:
+            raise ClientError(
+                {"Error": {"Code": "PreconditionFailed", "Message": "At least one failed"}},
+                "PutObject",
+            )
+
+    monkeypatch.setattr(s3_store._client, "put_object", put_then_report_conflict)
+    await s3_store.append_lines(REF, [line(1)])
+    await s3_store.append_lines(REF, [line(2)])
+
+    assert parse_transcript(await s3_store.read(transcript_key(REF))) == [line(1), line(2)]
+    assert len(calls) == 2

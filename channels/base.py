@@ -1,0 +1,156 @@
+"""What every channel speaks: the normalised inbound message, the reply, the adapter protocol.
+
+Adapters (`slack.py`, `teams.py`, `email.py`, `web.py`) turn a platform payload into a
+`ChannelMessage` with a pure `parse_*` function, hand it to the gateway's inbox, and later send
+`OutboundMessage`s back. Nothing here touches the database or the language model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class ChannelType(StrEnum):
+    """The channels the gateway speaks."""
+
+    SLACK = "slack"
+    TEAMS = "teams"
+    EMAIL = "email"
+    WEB = "web"
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file that came with a message; the gateway keeps its metadata, not its bytes."""
+
+    filename: str
+    content_type: str
+    size: int
+    url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedContent:
+    """A message the user forwarded or shared, kept apart from what the user wrote."""
+
+    sender: str
+    sender_name: str = ""
+    subject: str = ""
+    date: str = ""
+    body: str = ""
+    link: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelMessage:
+    """One inbound message, the same shape for every channel.
+
+    `message_id` is the platform's own id (the dedupe key within `channel_type`);
+    `user_identifier` the sender's external id (Slack `TEAM:USER`, AAD object id, email
+    address, web user id); `reply_context` whatever the adapter needs to answer in the right
+    place; `raw` the original payload, kept for audit and replays.
+    """
+
+    channel_type: ChannelType
+    channel_id: str
+    message_id: str
+    user_identifier: str
+    content: str
+    timestamp: datetime
+    thread_id: str = ""
+    tenant: str = ""
+    attachments: tuple[Attachment, ...] = ()
+    forwarded: ForwardedContent | None = None
+    reply_context: Mapping[str, Any] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    # Message ids this one answers (email In-Reply-To/References); route to their session.
+    references: tuple[str, ...] = ()
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-serialisable dict without `raw` (which is stored on its own)."""
+        record = asdict(self)
+        del record["raw"]
+        record["channel_type"] = self.channel_type.value
+        record["timestamp"] = self.timestamp.astimezone(UTC).isoformat()
+        record["reply_context"] = dict(self.reply_context)
+        return record
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], raw: Mapping[str, Any] | None = None) -> ChannelMessage:
+        """Rebuild a message stored with `to_record`."""
+        forwarded = record.get("forwarded")
+        return cls(
+            channel_type=ChannelType(record["channel_type"]),
+            channel_id=record["channel_id"],
+            message_id=record["message_id"],
+            user_identifier=record["user_identifier"],
+            content=record["content"],
+            timestamp=datetime.fromisoformat(record["timestamp"]),
+            thread_id=record.get("thread_id", ""),
+            tenant=record.get("tenant", ""),
+            attachments=tuple(Attachment(**item) for item in record.get("attachments", ())),
+            forwarded=ForwardedContent(**forwarded) if forwarded else None,
+            reply_context=dict(record.get("reply_context", {})),
+            raw=dict(raw or {}),
+            references=tuple(record.get("references", ())),
+        )
+
+    def prompt_text(self) -> str:
+        """The text the assistant sees: what the user wrote plus any forwarded message."""
+        parts = [self.content.strip()] if self.content.strip() else []
+        if self.forwarded is not None:
+            header = f"Forwarded message from {self.forwarded.sender_name or self.forwarded.sender}"
+            details = [header]
+            if self.forwarded.subject:
+                details.append(f"Subject: {self.forwarded.subject}")
+            if self.forwarded.date:
+                details.append(f"Date: {self.forwarded.date}")
+            details.append("")
+            details.append(self.forwarded.body.strip())
+            parts.append("\n".join(details))
+        if self.attachments:
+            names = ", ".join(
+                f"{item.filename} ({item.content_type}, {item.size} bytes)"
+                for item in self.attachments
+            )
+            parts.append(f"Attachments: {names}")
+        return "\n\n".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    """A reply to send: where (channel, thread, reply context) and what."""
+
+    message_id: str
+    channel_type: ChannelType
+    channel_id: str
+    content: str
+    user_id: str | None = None
+    thread_id: str = ""
+    in_reply_to: str | None = None
+    reply_context: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryReceipt:
+    """The platform accepted a reply; `platform_message_id` is its id there, if it has one."""
+
+    platform_message_id: str | None = None
+
+
+class ChannelAdapter(Protocol):
+    """A channel's outbound half: send one reply.
+
+    Raises `DeliveryError` when the platform refused or failed; `retry_after` and `permanent`
+    on the error tell the outbox whether and when to try again.
+    """
+
+    channel_type: ChannelType
+
+    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Deliver one reply, or raise `DeliveryError`."""
+        ...

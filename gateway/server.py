@@ -1,0 +1,60 @@
+"""Serving the gateway: the runtime, the HTTP server, and an orderly shutdown on signals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+
+import uvicorn
+
+from gateway.app import create_app
+from gateway.log import get_logger
+from gateway.runtime import GatewayRuntime
+from gateway.settings import GatewayConfig
+
+log = get_logger(__name__)
+
+
+class _GatewayServer(uvicorn.Server):
+    """uvicorn's server without its own signal handling (`serve` installs the gateway's)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Leave signals to `serve`, which stops the server and then closes the runtime."""
+        yield
+
+
+async def serve(config: GatewayConfig) -> None:
+    """Start the runtime, serve until SIGTERM/SIGINT, then shut down in order.
+
+    On the first signal uvicorn stops accepting connections and lets in-flight requests
+    finish; a second signal forces the exit. The runtime closes only after the server stops.
+    """
+    runtime = await GatewayRuntime.start(config)
+    try:
+        server = _GatewayServer(
+            uvicorn.Config(
+                create_app(runtime),
+                host=config.server.host,
+                port=config.server.port,
+                log_config=None,
+                access_log=False,
+                lifespan="off",
+                server_header=False,
+            )
+        )
+        loop = asyncio.get_running_loop()
+
+        def request_stop(signum: signal.Signals) -> None:
+            log.info("gateway.stopping", signal=signum.name, forced=server.should_exit)
+            server.force_exit = server.should_exit
+            server.should_exit = True
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, request_stop, signum)
+        log.info("http.listening", host=config.server.host, port=config.server.port)
+        await server.serve()
+    finally:
+        await runtime.close()

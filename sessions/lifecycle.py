@@ -1,0 +1,55 @@
+"""The session lifecycle state machine: the only place a session's status may change.
+
+```
+(none) ─first message─► active ─budget/200 msgs─► compacting ─done─► active
+active ─idle > archive_after─► archived ─referenced again─► active
+active|archived ─user asks─► exported ─► (back to active/archived, or deleted)
+active|archived ─user/admin/retention─► deleted
+```
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+
+from storage.errors import SessionStateError
+from storage.models import Session, SessionStatus
+
+log = structlog.stdlib.get_logger(__name__)
+
+ACTIVE, COMPACTING, ARCHIVED = SessionStatus.ACTIVE, SessionStatus.COMPACTING, SessionStatus.ARCHIVED
+EXPORTED, DELETED = SessionStatus.EXPORTED, SessionStatus.DELETED
+
+ALLOWED_TRANSITIONS: dict[SessionStatus, frozenset[SessionStatus]] = {
+    ACTIVE: frozenset({COMPACTING, ARCHIVED, EXPORTED, DELETED}),
+    COMPACTING: frozenset({ACTIVE}),
+    ARCHIVED: frozenset({ACTIVE, EXPORTED, DELETED}),
+    EXPORTED: frozenset({ACTIVE, ARCHIVED, DELETED}),
+    DELETED: frozenset(),
+}
+
+
+def check_transition(current: SessionStatus, target: SessionStatus) -> None:
+    """Raise `SessionStateError` unless the lifecycle allows `current → target`."""
+    if target not in ALLOWED_TRANSITIONS[current]:
+        raise SessionStateError(f"a session cannot go from {current} to {target}")
+
+
+def transition(session: Session, target: SessionStatus, *, at: datetime, reason: str) -> None:
+    """Move a loaded session row to `target` (the caller's transaction stores it) and log it."""
+    current = SessionStatus(session.status)
+    check_transition(current, target)
+    session.status = target.value
+    session.updated_at = at
+    if target is ARCHIVED:
+        session.archived_at = at
+    log.info(
+        "session.transitioned",
+        session_id=session.id,
+        user_id=session.user_id,
+        from_status=current.value,
+        to_status=target.value,
+        reason=reason,
+    )
