@@ -80,7 +80,9 @@ class ChannelMessage:
         return record
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any], raw: Mapping[str, Any] | None = None) -> ChannelMessage:
+    def from_record(
+        cls, record: Mapping[str, Any], raw: Mapping[str, Any] | None = None
+    ) -> ChannelMessage:
         """Rebuild a message stored with `to_record`."""
         forwarded = record.get("forwarded")
         return cls(

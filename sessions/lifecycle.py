@@ -19,8 +19,8 @@ from storage.models import Session, SessionStatus
 
 log = structlog.stdlib.get_logger(__name__)
 
-ACTIVE, COMPACTING, ARCHIVED = SessionStatus.ACTIVE, SessionStatus.COMPACTING, SessionStatus.ARCHIVED
-EXPORTED, DELETED = SessionStatus.EXPORTED, SessionStatus.DELETED
+ACTIVE, COMPACTING = SessionStatus.ACTIVE, SessionStatus.COMPACTING
+ARCHIVED, EXPORTED, DELETED = SessionStatus.ARCHIVED, SessionStatus.EXPORTED, SessionStatus.DELETED
 
 ALLOWED_TRANSITIONS: dict[SessionStatus, frozenset[SessionStatus]] = {
     ACTIVE: frozenset({COMPACTING, ARCHIVED, EXPORTED, DELETED}),
