@@ -196,7 +196,6 @@ def test_db_upgrade_with_unreachable_database_fails_clearly(tmp_path: Path) -> N
     assert "Traceback" not in result.stderr
 
 
-
 def write_s3_config(tmp_path: Path, port: int, endpoint: str, bucket: str) -> Path:
     path = tmp_path / "gateway-s3.yaml"
     path.write_text(
