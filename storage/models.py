@@ -99,7 +99,6 @@ class InboundStatus(enum.StrEnum):
     """Where an accepted inbound message is in its processing."""
 
     PENDING = "pending"
-    PROCESSING = "processing"
     DONE = "done"
     REJECTED = "rejected"
     FAILED = "failed"
@@ -190,6 +189,8 @@ class Session(Base):
     topics: Mapped[list[Any]] = mapped_column(default=list)
     skills_activated: Mapped[list[Any]] = mapped_column(default=list)
     transcript_ref: Mapped[str | None] = mapped_column(String(512))
+    # Set by `/forget`; the deletion needs a confirmation soon after.
+    forget_requested_at: Mapped[datetime | None]
 
     @property
     def tokens_used(self) -> int:
@@ -312,23 +313,26 @@ class InboundEvent(Base):
     __tablename__ = "inbound_events"
     __table_args__ = (
         UniqueConstraint("channel_type", "message_id"),
-        Index("ix_inbound_events_status_received", "status", "received_at"),
+        Index("ix_inbound_events_status_id", "status", "id"),
+        Index("ix_inbound_events_sender_status", "sender_key", "status"),
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     channel_type: Mapped[str] = mapped_column(String(16))
     message_id: Mapped[str] = mapped_column(String(512))
+    # "channel_type:external id" of the sender: which user's queue the event joins.
+    sender_key: Mapped[str] = mapped_column(String(400))
     status: Mapped[str] = _enum_column(InboundStatus, InboundStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
     processed_at: Mapped[datetime | None]
-    # Ownership lease of the worker processing it; an expired lease is picked up again.
-    locked_by: Mapped[str | None] = mapped_column(String(128))
-    locked_until: Mapped[datetime | None]
     user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     session_id: Mapped[str | None] = mapped_column(
         ForeignKey("sessions.id", ondelete="CASCADE"), index=True
     )
+    # Sequence number of the user message once it is in the transcript: a restarted turn
+    # must not append it twice.
+    appended_seq: Mapped[int | None] = mapped_column(Integer)
     message: Mapped[dict[str, Any]] = mapped_column(default=dict)
     raw_payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
     error: Mapped[str | None] = mapped_column(Text)
@@ -338,7 +342,10 @@ class OutboundMessage(Base):
     """The durable outbox: a reply committed first, then sent and retried until delivered."""
 
     __tablename__ = "outbound_messages"
-    __table_args__ = (Index("ix_outbound_messages_status_next", "status", "next_attempt_at"),)
+    __table_args__ = (
+        Index("ix_outbound_messages_status_next", "status", "next_attempt_at"),
+        Index("ix_outbound_messages_channel_feed", "channel_type", "channel_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     message_id: Mapped[str] = mapped_column(String(512), unique=True)
@@ -355,6 +362,8 @@ class OutboundMessage(Base):
     channel_id: Mapped[str] = mapped_column(String(320))
     thread_id: Mapped[str] = mapped_column(String(512), default="")
     in_reply_to: Mapped[str | None] = mapped_column(String(512))
+    # reply (to a message), rejection (to an unknown sender) or notice.
+    kind: Mapped[str] = mapped_column(String(16), default="reply")
     content: Mapped[str] = mapped_column(Text)
     reply_context: Mapped[dict[str, Any]] = mapped_column(default=dict)
     status: Mapped[str] = _enum_column(OutboundStatus, OutboundStatus.PENDING)

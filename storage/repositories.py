@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -362,6 +362,7 @@ class InboxRepository:
         channel_type: str,
         message_id: str,
         *,
+        sender_key: str,
         message: dict[str, Any],
         raw_payload: dict[str, Any],
         at: datetime,
@@ -372,6 +373,7 @@ class InboxRepository:
             .values(
                 channel_type=channel_type,
                 message_id=message_id,
+                sender_key=sender_key,
                 status=InboundStatus.PENDING.value,
                 received_at=at,
                 message=message,
@@ -387,30 +389,62 @@ class InboxRepository:
         """The inbound event, or None."""
         return await self.session.get(InboundEvent, event_id)
 
-    async def set_status(
-        self, event_id: int, status: InboundStatus, *, at: datetime, error: str | None = None
-    ) -> None:
-        """Record how processing of the event ended (or that it started)."""
-        values: dict[str, Any] = {"status": status.value, "error": error}
-        if status in (InboundStatus.DONE, InboundStatus.REJECTED, InboundStatus.FAILED):
-            values.update(processed_at=at, locked_by=None, locked_until=None)
-        await self.session.execute(
-            update(InboundEvent).where(InboundEvent.id == event_id).values(values)
-        )
-
-    async def unfinished(self, *, limit: int = 100) -> list[InboundEvent]:
-        """Accepted events not yet finished, oldest first (what a restart must pick up)."""
+    async def pending_senders(self, *, limit: int = 500) -> list[str]:
+        """Senders with unfinished events, in the order of their oldest event."""
         result = await self.session.execute(
-            select(InboundEvent)
-            .where(
-                InboundEvent.status.in_(
-                    [InboundStatus.PENDING.value, InboundStatus.PROCESSING.value]
-                )
-            )
-            .order_by(InboundEvent.received_at, InboundEvent.id)
+            select(InboundEvent.sender_key)
+            .where(InboundEvent.status == InboundStatus.PENDING.value)
+            .group_by(InboundEvent.sender_key)
+            .order_by(func.min(InboundEvent.id))
             .limit(limit)
         )
         return list(result.scalars())
+
+    async def pending_ids_of_sender(self, sender_key: str) -> list[int]:
+        """Unfinished events of one sender, oldest first."""
+        result = await self.session.execute(
+            select(InboundEvent.id)
+            .where(
+                InboundEvent.sender_key == sender_key,
+                InboundEvent.status == InboundStatus.PENDING.value,
+            )
+            .order_by(InboundEvent.id)
+        )
+        return list(result.scalars())
+
+    async def next_pending(self, sender_keys: Sequence[str]) -> InboundEvent | None:
+        """The oldest unfinished event sent from any of these identities (one user's queue)."""
+        result = await self.session.execute(
+            select(InboundEvent)
+            .where(
+                InboundEvent.sender_key.in_(sender_keys),
+                InboundEvent.status == InboundStatus.PENDING.value,
+            )
+            .order_by(InboundEvent.id)
+            .limit(1)
+        )
+        return result.scalar_one_or_none()
+
+    async def finish(
+        self, event_id: int, status: InboundStatus, *, at: datetime, error: str | None = None
+    ) -> bool:
+        """Mark a pending event finished; False when it was not pending (someone else won)."""
+        result = await self.session.execute(
+            update(InboundEvent)
+            .where(InboundEvent.id == event_id, InboundEvent.status == InboundStatus.PENDING.value)
+            .values(status=status.value, processed_at=at, error=error)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def record_failure(self, event_id: int, error: str) -> int:
+        """Count a failed processing attempt; the number of attempts so far."""
+        result = await self.session.execute(
+            update(InboundEvent)
+            .where(InboundEvent.id == event_id)
+            .values(attempts=InboundEvent.attempts + 1, error=error)
+            .returning(InboundEvent.attempts)
+        )
+        return int(result.scalar_one())
 
 
 class OutboxRepository:
@@ -429,6 +463,7 @@ class OutboxRepository:
         at: datetime,
         thread_id: str = "",
         in_reply_to: str | None = None,
+        kind: str = "reply",
         user_id: str | None = None,
         session_id: str | None = None,
         inbound_event_id: int | None = None,
@@ -444,9 +479,11 @@ class OutboxRepository:
             channel_id=channel_id,
             thread_id=thread_id,
             in_reply_to=in_reply_to,
+            kind=kind,
             content=content,
             reply_context=reply_context or {},
             status=OutboundStatus.PENDING.value,
+            attempts=0,
             created_at=at,
             next_attempt_at=at,
         )
@@ -454,16 +491,36 @@ class OutboxRepository:
         await self.session.flush()
         return row
 
-    async def due(self, now: datetime, *, limit: int = 100) -> list[OutboundMessage]:
-        """Pending replies whose next attempt time has come, oldest first."""
-        result = await self.session.execute(
-            select(OutboundMessage)
+    async def claim_due(
+        self, now: datetime, *, lease: timedelta, limit: int = 50
+    ) -> list[OutboundMessage]:
+        """Take replies whose attempt is due (or whose sender's lease ran out) for sending.
+
+        Claimed rows get status `sending` and a lease; a process that dies mid-send leaves them
+        to be claimed again when the lease ends. Rows locked by another claimer are skipped.
+        """
+        due = (
+            select(OutboundMessage.id)
             .where(
-                OutboundMessage.status == OutboundStatus.PENDING.value,
+                OutboundMessage.status.in_(
+                    [OutboundStatus.PENDING.value, OutboundStatus.SENDING.value]
+                ),
                 OutboundMessage.next_attempt_at <= now,
             )
             .order_by(OutboundMessage.next_attempt_at, OutboundMessage.id)
             .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        ids = list((await self.session.execute(due)).scalars())
+        if not ids:
+            return []
+        await self.session.execute(
+            update(OutboundMessage)
+            .where(OutboundMessage.id.in_(ids))
+            .values(status=OutboundStatus.SENDING.value, next_attempt_at=now + lease)
+        )
+        result = await self.session.execute(
+            select(OutboundMessage).where(OutboundMessage.id.in_(ids)).order_by(OutboundMessage.id)
         )
         return list(result.scalars())
 
@@ -499,9 +556,61 @@ class OutboxRepository:
             update(OutboundMessage).where(OutboundMessage.id == outbound_id).values(values)
         )
 
+    async def feed(
+        self, channel_type: str, channel_id: str, *, after_id: int = 0, limit: int = 100
+    ) -> list[OutboundMessage]:
+        """Replies on one channel address after a cursor (the outbound row id), oldest first."""
+        result = await self.session.execute(
+            select(OutboundMessage)
+            .where(
+                OutboundMessage.channel_type == channel_type,
+                OutboundMessage.channel_id == channel_id,
+                OutboundMessage.id > after_id,
+            )
+            .order_by(OutboundMessage.id)
+            .limit(limit)
+        )
+        return list(result.scalars())
+
+    async def sent_since(
+        self, channel_type: str, channel_id: str, kind: str, since: datetime
+    ) -> bool:
+        """Whether a message of `kind` went to this address since `since` (rate limits)."""
+        result = await self.session.execute(
+            select(OutboundMessage.id)
+            .where(
+                OutboundMessage.channel_type == channel_type,
+                OutboundMessage.channel_id == channel_id,
+                OutboundMessage.kind == kind,
+                OutboundMessage.created_at >= since,
+            )
+            .limit(1)
+        )
+        return result.scalar_one_or_none() is not None
+
+    async def session_of_message(self, message_ids: Sequence[str]) -> str | None:
+        """The session of the newest reply we sent with one of these ids (ours or the platform's)."""
+        if not message_ids:
+            return None
+        result = await self.session.execute(
+            select(OutboundMessage.session_id)
+            .where(
+                OutboundMessage.session_id.is_not(None),
+                (OutboundMessage.message_id.in_(message_ids))
+                | (OutboundMessage.platform_message_id.in_(message_ids)),
+            )
+            .order_by(OutboundMessage.id.desc())
+            .limit(1)
+        )
+        return result.scalar_one_or_none()
+
     async def backlog(self) -> int:
         """How many replies wait to be sent."""
         result = await self.session.execute(
-            select(func.count()).where(OutboundMessage.status == OutboundStatus.PENDING.value)
+            select(func.count()).where(
+                OutboundMessage.status.in_(
+                    [OutboundStatus.PENDING.value, OutboundStatus.SENDING.value]
+                )
+            )
         )
         return int(result.scalar_one())

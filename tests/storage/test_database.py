@@ -202,7 +202,12 @@ async def test_deleting_a_user_removes_everything_of_theirs(database: Database) 
             )
             await sessions.record_channel(session_id, "web", session_id, "", at=T0)
         event_id = await InboxRepository(session).accept(
-            "web", "m-alice", message={"content": "secret"}, raw_payload={}, at=T0
+            "web",
+            "m-alice",
+            sender_key="web:alice",
+            message={"content": "secret"},
+            raw_payload={},
+            at=T0,
         )
         assert event_id is not None
         inbound = await InboxRepository(session).get(event_id)
@@ -237,21 +242,37 @@ async def test_deleting_a_user_removes_everything_of_theirs(database: Database) 
 async def test_inbox_accepts_a_message_id_once(database: Database) -> None:
     async with database.session() as session:
         inbox = InboxRepository(session)
-        first = await inbox.accept("web", "m1", message={"a": 1}, raw_payload={"b": 2}, at=T0)
-        again = await inbox.accept("web", "m1", message={"a": 1}, raw_payload={"b": 2}, at=T0)
-        other_channel = await inbox.accept("slack", "m1", message={}, raw_payload={}, at=T0)
+
+        async def accept(channel: str, message_id: str, sender: str) -> int | None:
+            return await inbox.accept(
+                channel, message_id, sender_key=sender, message={}, raw_payload={}, at=T0
+            )
+
+        first = await accept("web", "m1", "web:alice")
+        again = await accept("web", "m1", "web:alice")
+        other_channel = await accept("slack", "m1", "slack:T1:U1")
+        later = await accept("web", "m2", "web:alice")
     assert first is not None
     assert other_channel is not None
+    assert later is not None
     assert again is None
     async with database.session() as session:
         inbox = InboxRepository(session)
-        assert [event.message_id for event in await inbox.unfinished()] == ["m1", "m1"]
-        await inbox.set_status(first, InboundStatus.DONE, at=T0)
-        pending = await inbox.unfinished()
-    assert [event.channel_type for event in pending] == ["slack"]
+        assert await inbox.pending_senders() == ["web:alice", "slack:T1:U1"]
+        assert await inbox.pending_ids_of_sender("web:alice") == [first, later]
+        queue_head = await inbox.next_pending(["web:alice", "slack:T1:U1"])
+        assert queue_head is not None
+        assert queue_head.id == first
+        assert await inbox.finish(first, InboundStatus.DONE, at=T0)
+        assert not await inbox.finish(first, InboundStatus.REJECTED, at=T0)
+        assert await inbox.record_failure(later, "boom") == 1
+        queue_head = await inbox.next_pending(["web:alice"])
+    assert queue_head is not None
+    assert queue_head.id == later
 
 
 async def test_outbox_retries_then_delivers_or_gives_up(database: Database) -> None:
+    lease = timedelta(seconds=60)
     async with database.session() as session:
         outbox = OutboxRepository(session)
         first = await outbox.enqueue(
@@ -262,13 +283,21 @@ async def test_outbox_retries_then_delivers_or_gives_up(database: Database) -> N
         )
     async with database.session() as session:
         outbox = OutboxRepository(session)
-        assert [row.message_id for row in await outbox.due(T0)] == ["out-1", "out-2"]
+        claimed = await outbox.claim_due(T0, lease=lease)
+        assert [row.message_id for row in claimed] == ["out-1", "out-2"]
+        assert await outbox.claim_due(T0, lease=lease) == []  # leased to this sender
         await outbox.mark_attempt_failed(first.id, error="429", retry_at=T0 + timedelta(seconds=5))
         await outbox.mark_attempt_failed(second.id, error="gone", retry_at=None)
-        assert await outbox.due(T0) == []
-        assert [row.message_id for row in await outbox.due(T0 + timedelta(seconds=5))] == ["out-1"]
+        assert await outbox.claim_due(T0, lease=lease) == []
+        retried = await outbox.claim_due(T0 + timedelta(seconds=5), lease=lease)
+        assert [row.message_id for row in retried] == ["out-1"]
         await outbox.mark_delivered(first.id, platform_message_id="p-1", at=T0)
         assert await outbox.backlog() == 0
+        feed = await outbox.feed("web", "alice")
+        assert [row.message_id for row in feed] == ["out-1", "out-2"]
+        assert [row.message_id for row in await outbox.feed("web", "alice", after_id=first.id)] == [
+            "out-2"
+        ]
     async with database.session() as session:
         delivered = await session.get(type(first), first.id)
         failed = await session.get(type(second), second.id)
@@ -284,6 +313,20 @@ async def test_outbox_retries_then_delivers_or_gives_up(database: Database) -> N
         1,
         "gone",
     )
+
+
+async def test_an_expired_sending_lease_is_claimed_again(database: Database) -> None:
+    lease = timedelta(seconds=60)
+    async with database.session() as session:
+        await OutboxRepository(session).enqueue(
+            message_id="out-1", channel_type="web", channel_id="alice", content="a", at=T0
+        )
+    async with database.session() as session:
+        assert len(await OutboxRepository(session).claim_due(T0, lease=lease)) == 1
+    async with database.session() as session:
+        outbox = OutboxRepository(session)
+        assert await outbox.claim_due(T0 + timedelta(seconds=59), lease=lease) == []
+        assert len(await outbox.claim_due(T0 + timedelta(seconds=60), lease=lease)) == 1
 
 
 async def test_naive_datetimes_are_refused(database: Database) -> None:

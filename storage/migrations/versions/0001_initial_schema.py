@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 00:27:11.350320
+Create Date: 2026-11-22 00:41:25.845811
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def upgrade() -> None:
         sa.Column("topics", sa.JSON(), nullable=False),
         sa.Column("skills_activated", sa.JSON(), nullable=False),
         sa.Column("transcript_ref", sa.String(length=512), nullable=True),
+        sa.Column("forget_requested_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["user_id"], ["users.id"], name=op.f("fk_sessions_user_id_users"), ondelete="CASCADE"
         ),
@@ -126,14 +127,14 @@ def upgrade() -> None:
         ),
         sa.Column("channel_type", sa.String(length=16), nullable=False),
         sa.Column("message_id", sa.String(length=512), nullable=False),
-        sa.Column("status", sa.String(length=10), nullable=False),
+        sa.Column("sender_key", sa.String(length=400), nullable=False),
+        sa.Column("status", sa.String(length=8), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("processed_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("locked_by", sa.String(length=128), nullable=True),
-        sa.Column("locked_until", sa.DateTime(timezone=True), nullable=True),
         sa.Column("user_id", sa.String(length=64), nullable=True),
         sa.Column("session_id", sa.String(length=36), nullable=True),
+        sa.Column("appended_seq", sa.Integer(), nullable=True),
         sa.Column("message", sa.JSON(), nullable=False),
         sa.Column("raw_payload", sa.JSON(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
@@ -155,14 +156,12 @@ def upgrade() -> None:
         ),
     )
     op.create_index(
-        op.f("ix_inbound_events_session_id"), "inbound_events", ["session_id"], unique=False
+        "ix_inbound_events_sender_status", "inbound_events", ["sender_key", "status"], unique=False
     )
     op.create_index(
-        "ix_inbound_events_status_received",
-        "inbound_events",
-        ["status", "received_at"],
-        unique=False,
+        op.f("ix_inbound_events_session_id"), "inbound_events", ["session_id"], unique=False
     )
+    op.create_index("ix_inbound_events_status_id", "inbound_events", ["status", "id"], unique=False)
 
     op.create_table(
         "session_channels",
@@ -340,6 +339,7 @@ def upgrade() -> None:
         sa.Column("channel_id", sa.String(length=320), nullable=False),
         sa.Column("thread_id", sa.String(length=512), nullable=False),
         sa.Column("in_reply_to", sa.String(length=512), nullable=True),
+        sa.Column("kind", sa.String(length=16), nullable=False),
         sa.Column("content", sa.Text(), nullable=False),
         sa.Column("reply_context", sa.JSON(), nullable=False),
         sa.Column("status", sa.String(length=9), nullable=False),
@@ -371,6 +371,12 @@ def upgrade() -> None:
         sa.UniqueConstraint("message_id", name=op.f("uq_outbound_messages_message_id")),
     )
     op.create_index(
+        "ix_outbound_messages_channel_feed",
+        "outbound_messages",
+        ["channel_type", "channel_id", "id"],
+        unique=False,
+    )
+    op.create_index(
         op.f("ix_outbound_messages_session_id"), "outbound_messages", ["session_id"], unique=False
     )
     op.create_index(
@@ -389,6 +395,7 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_outbound_messages_user_id"), table_name="outbound_messages")
     op.drop_index("ix_outbound_messages_status_next", table_name="outbound_messages")
     op.drop_index(op.f("ix_outbound_messages_session_id"), table_name="outbound_messages")
+    op.drop_index("ix_outbound_messages_channel_feed", table_name="outbound_messages")
 
     op.drop_table("outbound_messages")
     op.drop_table("user_memory_facts")
@@ -405,8 +412,9 @@ def downgrade() -> None:
     )
 
     op.drop_table("session_channels")
-    op.drop_index("ix_inbound_events_status_received", table_name="inbound_events")
+    op.drop_index("ix_inbound_events_status_id", table_name="inbound_events")
     op.drop_index(op.f("ix_inbound_events_session_id"), table_name="inbound_events")
+    op.drop_index("ix_inbound_events_sender_status", table_name="inbound_events")
 
     op.drop_table("inbound_events")
     op.drop_index(op.f("ix_user_channel_identities_user_id"), table_name="user_channel_identities")
