@@ -156,3 +156,19 @@ class ChannelAdapter(Protocol):
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Deliver one reply, or raise `DeliveryError`."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptResult:
+    """What the inbox did with a message: stored it (`accepted`) or recognised a duplicate."""
+
+    accepted: bool
+    message_id: str
+
+
+class InboxPort(Protocol):
+    """Where adapters hand inbound messages; returns only after the message is committed."""
+
+    async def accept(self, message: ChannelMessage) -> AcceptResult:
+        """Store the message durably (or recognise it as a duplicate); raise `StorageError`."""
+        ...

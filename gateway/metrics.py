@@ -36,6 +36,50 @@ class GatewayMetrics:
             registry=self.registry,
         )
 
+        self.messages_in = Counter(
+            "gateway_messages_in",
+            "Inbound messages accepted, by channel.",
+            ["channel"],
+            registry=self.registry,
+        )
+        self.duplicates_dropped = Counter(
+            "gateway_duplicates_dropped",
+            "Inbound messages dropped as platform retries of one already accepted, by channel.",
+            ["channel"],
+            registry=self.registry,
+        )
+        self.messages_rejected = Counter(
+            "gateway_messages_rejected",
+            "Inbound messages refused (unknown sender, bad request …), by channel and reason.",
+            ["channel", "reason"],
+            registry=self.registry,
+        )
+        self.messages_out = Counter(
+            "gateway_messages_out",
+            "Replies handed to a platform, by channel and outcome (delivered, retry, failed).",
+            ["channel", "outcome"],
+            registry=self.registry,
+        )
+        self.turn_latency = Histogram(
+            "gateway_turn_duration_seconds",
+            "Time from taking a message off the inbox to committing its reply.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.llm_latency = Histogram(
+            "gateway_llm_request_duration_seconds",
+            "Time of one language-model call, by provider.",
+            ["provider"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.sessions_transitioned = Counter(
+            "gateway_session_transitions",
+            "Session lifecycle transitions, by target state.",
+            ["status"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         """The registry in Prometheus text exposition format."""
         return generate_latest(self.registry)

@@ -22,6 +22,7 @@ Two conventions keep errors located at the key that is wrong:
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from datetime import timedelta
@@ -654,3 +655,35 @@ class GatewayConfig(StrictModel):
         if errors:
             raise _located_errors("ChannelsConfig", errors)
         return channels
+
+    @field_validator("channels")
+    @classmethod
+    def _dev_open_web_only_on_loopback(
+        cls, channels: ChannelsConfig, info: ValidationInfo
+    ) -> ChannelsConfig:
+        """dev_open trusts whatever user a request names: never reachable from other machines."""
+        server: ServerConfig | None = info.data.get("server")
+        web = channels.web
+        if server is not None and web.enabled and web.dev_open and not is_loopback(server.host):
+            raise _located_errors(
+                "ChannelsConfig",
+                [
+                    (
+                        ("web", "dev_open"),
+                        f"dev_open is only allowed when server.host is a loopback address "
+                        f"(it is {server.host!r}); configure tokens instead",
+                        True,
+                    )
+                ],
+            )
+        return channels
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address or `localhost`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -21,6 +21,7 @@ from storage.errors import StorageError
 from storage.models import (
     InboundEvent,
     InboundStatus,
+    JobLease,
     Organization,
     OutboundMessage,
     OutboundStatus,
@@ -227,6 +228,44 @@ class SessionRepository:
             statement = statement.where(Session.status.in_([status.value for status in statuses]))
         result = await self.session.execute(
             statement.order_by(Session.last_active_at.desc()).limit(limit)
+        )
+        return list(result.scalars())
+
+    async def find_by_id_prefix(self, user_id: str, prefix: str) -> list[Session]:
+        """The user's sessions whose id starts with `prefix` (never another user's)."""
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        result = await self.session.execute(
+            select(Session)
+            .where(Session.user_id == user_id, Session.id.like(f"{escaped}%", escape="\\"))
+            .order_by(Session.created_at)
+            .limit(10)
+        )
+        return list(result.scalars())
+
+    async def add_usage(
+        self, session_id: str, *, input_tokens: int, output_tokens: int, context_tokens: int
+    ) -> None:
+        """Add a model call's billed tokens and record how full the context was."""
+        await self.session.execute(
+            update(Session)
+            .where(Session.id == session_id)
+            .values(
+                input_tokens=Session.input_tokens + input_tokens,
+                output_tokens=Session.output_tokens + output_tokens,
+                context_tokens=context_tokens,
+            )
+        )
+
+    async def idle_since(self, cutoff: datetime, *, limit: int = 200) -> list[Session]:
+        """Active sessions whose last activity is older than `cutoff`."""
+        result = await self.session.execute(
+            select(Session)
+            .where(
+                Session.status == SessionStatus.ACTIVE.value,
+                Session.last_active_at < cutoff,
+            )
+            .order_by(Session.last_active_at)
+            .limit(limit)
         )
         return list(result.scalars())
 
@@ -589,7 +628,7 @@ class OutboxRepository:
         return result.scalar_one_or_none() is not None
 
     async def session_of_message(self, message_ids: Sequence[str]) -> str | None:
-        """The session of the newest reply we sent with one of these ids (ours or the platform's)."""
+        """The session of the newest reply sent with one of these ids (ours or the platform's)."""
         if not message_ids:
             return None
         result = await self.session.execute(
@@ -614,3 +653,29 @@ class OutboxRepository:
             )
         )
         return int(result.scalar_one())
+
+
+class LeaseRepository:
+    """Leases that elect one process to run a background job."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def try_acquire(self, name: str, holder: str, *, now: datetime, ttl: timedelta) -> bool:
+        """Take or renew the lease `name` for `holder`; False while another holder's is valid."""
+        statement = _insert(self.session, JobLease).values(
+            name=name, holder=holder, expires_at=now + ttl
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=[JobLease.name],
+            set_={"holder": holder, "expires_at": now + ttl},
+            where=(JobLease.expires_at < now) | (JobLease.holder == holder),
+        ).returning(JobLease.holder)
+        result = await self.session.execute(statement)
+        return result.scalar_one_or_none() == holder
+
+    async def release(self, name: str, holder: str) -> None:
+        """Give the lease up early (at shutdown) so another process takes over at once."""
+        await self.session.execute(
+            delete(JobLease).where(JobLease.name == name, JobLease.holder == holder)
+        )

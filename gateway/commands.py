@@ -1,0 +1,232 @@
+"""Chat commands, the same on every channel: `/new`, `/sessions`, `/resume`, `/status`,
+`/forget`, `/help` (also written with `!`; on email the subject or first line).
+
+A command is answered by the gateway itself; it never reaches the model or the transcript.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from channels.base import ChannelMessage
+from gateway.identity import ResolvedUser
+from gateway.log import get_logger
+from gateway.router import RoutingPolicy, find_session
+from sessions.lifecycle import transition
+from storage.models import Session, SessionStatus
+from storage.repositories import SessionRepository
+
+log = get_logger(__name__)
+
+COMMAND_PATTERN = re.compile(r"^\s*[/!](?P<name>[a-zA-Z]+)\b(?P<args>[^\n]*)")
+FORGET_CONFIRMATION_WINDOW = timedelta(minutes=5)
+MIN_ID_PREFIX = 4
+
+HELP_TEXT = """Commands (also written with ! instead of /):
+/new: close this session and start a fresh one
+/sessions: list your recent sessions
+/resume <id>: continue an earlier session (the first characters of its id are enough)
+/status: this session's id, channels, messages, context use and compactions
+/forget: delete this session for good (asks for confirmation)
+/help: this list"""
+
+KNOWN_COMMANDS = frozenset({"new", "sessions", "resume", "status", "forget", "help"})
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A parsed chat command."""
+
+    name: str
+    args: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome:
+    """The reply to a command, and a session that was deleted (its transcripts must go too)."""
+
+    reply: str
+    deleted_session: Session | None = None
+
+
+def parse_command(message: ChannelMessage) -> Command | None:
+    """The command in the message's first line (or an email's subject), if there is one."""
+    candidates = [message.content]
+    subject = message.reply_context.get("subject")
+    if isinstance(subject, str):
+        candidates.insert(0, re.sub(r"^\s*((re|fwd?|aw|wg)\s*:\s*)+", "", subject, flags=re.I))
+    for text in candidates:
+        match = COMMAND_PATTERN.match(text)
+        if match:
+            return Command(match["name"].lower(), match["args"].strip())
+    return None
+
+
+def short_id(session_id: str) -> str:
+    """The first eight characters of a session id: enough for people to tell sessions apart."""
+    return session_id[:8]
+
+
+@dataclass
+class CommandContext:
+    """What a command needs to run inside the turn's transaction."""
+
+    db: AsyncSession
+    user: ResolvedUser
+    message: ChannelMessage
+    policy: RoutingPolicy
+    history_budget_tokens: int
+    now: datetime
+
+
+async def run_command(command: Command, context: CommandContext) -> CommandOutcome:
+    """Execute a command for the message's sender and return the reply."""
+    handlers = {
+        "help": _help,
+        "new": _new,
+        "sessions": _sessions,
+        "resume": _resume,
+        "status": _status,
+        "forget": _forget,
+    }
+    handler = handlers.get(command.name)
+    if handler is None:
+        return CommandOutcome(f"Unknown command /{command.name}. Send /help for the list.")
+    log.info("command.run", command=command.name, user_id=context.user.user_id)
+    return await handler(command, context)
+
+
+async def _current(context: CommandContext) -> Session | None:
+    route = await find_session(
+        context.db, context.user, context.message, context.policy, now=context.now
+    )
+    return route.session if route else None
+
+
+async def _help(_command: Command, _context: CommandContext) -> CommandOutcome:
+    return CommandOutcome(HELP_TEXT)
+
+
+async def _new(_command: Command, context: CommandContext) -> CommandOutcome:
+    sessions = SessionRepository(context.db)
+    current = await _current(context)
+    created = await sessions.create(
+        context.user.user_id,
+        context.user.org_id,
+        scope_channel=(
+            context.message.channel_type.value if context.policy.scope == "channel" else None
+        ),
+        at=context.now,
+    )
+    if current is None:
+        return CommandOutcome(f"Started a new session ({short_id(created.id)}).")
+    if current.status == SessionStatus.ACTIVE.value:
+        transition(current, SessionStatus.ARCHIVED, at=context.now, reason="/new")
+    return CommandOutcome(
+        f"Started a new session ({short_id(created.id)}). The previous one "
+        f"({short_id(current.id)}, {current.message_count} messages) is archived; "
+        f"/resume {short_id(current.id)} brings it back."
+    )
+
+
+async def _sessions(_command: Command, context: CommandContext) -> CommandOutcome:
+    recent = await SessionRepository(context.db).list_for_user(context.user.user_id, limit=10)
+    if not recent:
+        return CommandOutcome("You have no sessions yet.")
+    current = await _current(context)
+    lines = ["Your recent sessions:"]
+    for item in recent:
+        marker = "*" if current is not None and item.id == current.id else " "
+        topic = item.topic_summary or "(no topic yet)"
+        lines.append(
+            f"{marker} {short_id(item.id)}  {item.last_active_at:%Y-%m-%d %H:%M}  "
+            f"{item.status:<8}  {item.message_count:>4} msgs  {topic}"
+        )
+    lines.append("/resume <id> continues one.")
+    return CommandOutcome("\n".join(lines))
+
+
+async def _resume(command: Command, context: CommandContext) -> CommandOutcome:
+    prefix = command.args.split()[0] if command.args.split() else ""
+    if len(prefix) < MIN_ID_PREFIX:
+        return CommandOutcome(
+            f"Say which session: /resume <id>, with at least {MIN_ID_PREFIX} characters "
+            "of its id (see /sessions)."
+        )
+    sessions = SessionRepository(context.db)
+    matches = await sessions.find_by_id_prefix(context.user.user_id, prefix.lower())
+    if not matches:
+        return CommandOutcome(f"You have no session starting with {prefix!r}; see /sessions.")
+    if len(matches) > 1:
+        return CommandOutcome(f"{prefix!r} matches {len(matches)} sessions; give more of the id.")
+    (target,) = matches
+    current = await _current(context)
+    if (
+        current is not None
+        and current.id != target.id
+        and current.status == SessionStatus.ACTIVE.value
+    ):
+        transition(current, SessionStatus.ARCHIVED, at=context.now, reason="/resume")
+    if target.status != SessionStatus.ACTIVE.value:
+        transition(target, SessionStatus.ACTIVE, at=context.now, reason="/resume")
+    target.last_active_at = context.now
+    return CommandOutcome(
+        f"Resumed session {short_id(target.id)} ({target.message_count} messages, "
+        f"started {target.created_at:%Y-%m-%d %H:%M} UTC)."
+    )
+
+
+async def _status(_command: Command, context: CommandContext) -> CommandOutcome:
+    current = await _current(context)
+    if current is None:
+        return CommandOutcome("No active session: your next message starts one.")
+    channels = await SessionRepository(context.db).channels(current.id)
+    places = ", ".join(
+        f"{channel.channel_type}:{channel.channel_id}"
+        + (f" (thread {channel.thread_id})" if channel.thread_id else "")
+        for channel in channels
+    )
+    used = current.context_tokens
+    budget = context.history_budget_tokens
+    return CommandOutcome(
+        "\n".join(
+            [
+                f"Session {current.id} ({current.status})",
+                f"Started {current.created_at:%Y-%m-%d %H:%M} UTC, "
+                f"last active {current.last_active_at:%Y-%m-%d %H:%M} UTC",
+                f"Channels: {places or 'none yet'}",
+                f"Messages: {current.message_count} ({current.user_message_count} from you, "
+                f"{current.assistant_message_count} from the assistant)",
+                f"Context use: {used} of {budget} tokens ({100 * used // budget}%)",
+                f"Compactions: {current.compaction_count}",
+            ]
+        )
+    )
+
+
+async def _forget(command: Command, context: CommandContext) -> CommandOutcome:
+    current = await _current(context)
+    if current is None:
+        return CommandOutcome("There is no active session to forget.")
+    confirming = command.args.lower().startswith(("confirm", "yes"))
+    requested = current.forget_requested_at
+    if not confirming:
+        current.forget_requested_at = context.now
+        return CommandOutcome(
+            f"This permanently deletes session {short_id(current.id)} and its "
+            f"{current.message_count} messages. Send /forget confirm within 5 minutes to go ahead."
+        )
+    if requested is None or context.now - requested > FORGET_CONFIRMATION_WINDOW:
+        return CommandOutcome("Nothing to confirm: send /forget first, then /forget confirm.")
+    transition(current, SessionStatus.DELETED, at=context.now, reason="/forget")
+    await context.db.flush()
+    await SessionRepository(context.db).delete(current.id)
+    return CommandOutcome(
+        f"Deleted session {short_id(current.id)} and everything in it. "
+        "Your next message starts a new session.",
+        deleted_session=current,
+    )

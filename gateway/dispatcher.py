@@ -1,0 +1,132 @@
+"""The dispatcher: takes accepted messages off the inbox and runs their turns.
+
+Each user has one queue: the pending events sent from any of their identities, in arrival
+order. A user's queue is drained by whoever holds the user's turn lock (an advisory lock on
+PostgreSQL, so this holds across processes), one event at a time, oldest first; so turns of
+one user, and therefore of each of their sessions, never interleave, and messages queued while
+a turn runs are answered one by one, each turn seeing the ones before it. Different users run
+concurrently, at most `max_concurrent_turns` at once.
+
+Work is found by polling the inbox (which also picks up what a crashed process left behind)
+and, within a process, at once through `notify()` when the inbox accepts a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from channels.base import ChannelMessage
+from gateway.identity import IdentityResolver, ResolvedUser
+from gateway.locks import TurnLocks
+from gateway.log import get_logger
+from gateway.turns import TurnProcessor
+from storage.database import Database
+from storage.errors import GatewayError
+from storage.repositories import InboxRepository
+
+log = get_logger(__name__)
+
+
+class Dispatcher:
+    """Schedules users' queues onto a bounded number of concurrent drains."""
+
+    def __init__(
+        self,
+        database: Database,
+        identities: IdentityResolver,
+        locks: TurnLocks,
+        processor: TurnProcessor,
+        *,
+        max_concurrent_turns: int,
+        poll_interval: float = 1.0,
+    ) -> None:
+        self.database = database
+        self.identities = identities
+        self.locks = locks
+        self.processor = processor
+        self.poll_interval = poll_interval
+        self._slots = asyncio.Semaphore(max_concurrent_turns)
+        self._wake = asyncio.Event()
+        self._draining: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+
+    def notify(self) -> None:
+        """New work was accepted in this process: schedule without waiting for the poll."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Schedule work until `stop()`."""
+        log.info("dispatcher.started", poll_interval=self.poll_interval)
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                await self.schedule()
+            except (GatewayError, SQLAlchemyError, OSError) as exc:
+                log.error("dispatcher.schedule_failed", error=str(exc).splitlines()[0])
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
+
+    async def stop(self) -> None:
+        """Stop scheduling and let running turns finish (unfinished ones stay in the inbox)."""
+        self._stopping = True
+        self._wake.set()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def schedule(self) -> None:
+        """Start a drain for every user with pending events who is not being drained here."""
+        async with self.database.session() as db:
+            senders = await InboxRepository(db).pending_senders()
+        for sender in senders:
+            if self._stopping:
+                return
+            user = await self._user_of(sender)
+            if user is None or user.user_id in self._draining:
+                continue
+            self._draining.add(user.user_id)
+            task = asyncio.create_task(self._drain(user), name=f"drain:{user.user_id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _user_of(self, sender: str) -> ResolvedUser | None:
+        """The sender's user; unknown senders' events are rejected here (None)."""
+        async with self.database.session() as db:
+            inbox = InboxRepository(db)
+            event_ids = await inbox.pending_ids_of_sender(sender)
+            first = await inbox.get(event_ids[0]) if event_ids else None
+        if first is None:
+            return None
+        user = await self.identities.resolve(ChannelMessage.from_record(first.message))
+        if user is not None:
+            return user
+        for event_id in event_ids:
+            async with self.database.session() as db:
+                event = await InboxRepository(db).get(event_id)
+            if event is not None:
+                await self.processor.reject_unknown_sender(event)
+        return None
+
+    async def _drain(self, user: ResolvedUser) -> None:
+        try:
+            async with self._slots, self.locks.hold(f"user:{user.user_id}") as held:
+                if held:
+                    await self._drain_held(user)
+        except (GatewayError, SQLAlchemyError, OSError) as exc:
+            log.error("dispatcher.drain_failed", user_id=user.user_id, error=str(exc))
+        finally:
+            self._draining.discard(user.user_id)
+            # Events that arrived while this drain was finishing were skipped by `schedule`.
+            self.notify()
+
+    async def _drain_held(self, user: ResolvedUser) -> None:
+        keys = await self.identities.identity_keys(user.user_id)
+        while not self._stopping:
+            async with self.database.session() as db:
+                event = await InboxRepository(db).next_pending(keys)
+            if event is None:
+                return
+            await self.processor.process(event, user)

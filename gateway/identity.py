@@ -1,0 +1,141 @@
+"""Who sent a message: config users synced to the database, lookups, and provisioning.
+
+Admins declare users in `identity.users`; on start-up they (and their organizations) are
+written to the database with one channel identity per Slack id, Teams id, email address and
+web id. A sender nobody declared is either rejected (the default) or, with
+`identity.unknown_users: provision`, created on the fly when their workspace, tenant or email
+domain is on the allow-list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from channels.base import ChannelMessage
+from gateway.inbox import normalise_identifier
+from gateway.log import get_logger
+from gateway.settings import GatewayConfig, IdentityConfig
+from storage.database import Database
+from storage.errors import StorageError
+from storage.repositories import OrganizationRepository, UserRepository
+
+log = get_logger(__name__)
+
+DEFAULT_ORG_ID = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedUser:
+    """The user a message belongs to."""
+
+    user_id: str
+    org_id: str
+    display_name: str
+    provisioned: bool = False
+
+
+def default_org_id(config: GatewayConfig) -> str:
+    """The organization of users that name none (the first configured, else `default`)."""
+    return config.organizations[0].id if config.organizations else DEFAULT_ORG_ID
+
+
+def configured_identities(config: GatewayConfig) -> list[tuple[str, str, str]]:
+    """(user id, channel type, external id) for every identity the config declares."""
+    identities: list[tuple[str, str, str]] = []
+    for user in config.identity.users:
+        identities.append((user.id, "web", user.id))
+        identities.extend((user.id, "slack", value) for value in user.slack)
+        identities.extend((user.id, "teams", value) for value in user.teams)
+        identities.extend((user.id, "email", value.lower()) for value in user.email)
+    return identities
+
+
+async def sync_identities(database: Database, config: GatewayConfig) -> None:
+    """Write the configured organizations, users and identities to the database.
+
+    An identity the database already gives to another user (say, a provisioned one) is left
+    as it is and logged: moving it would hand that user's conversations to someone else.
+    """
+    async with database.session() as session:
+        organizations = OrganizationRepository(session)
+        if config.organizations:
+            for organization in config.organizations:
+                await organizations.upsert(
+                    organization.id, organization.name or organization.id, organization.context
+                )
+        else:
+            await organizations.upsert(DEFAULT_ORG_ID, "Default")
+        users = UserRepository(session)
+        for user in config.identity.users:
+            await users.upsert(
+                user.id, user.org or default_org_id(config), user.name, is_admin=user.admin
+            )
+    for user_id, channel_type, external_id in configured_identities(config):
+        try:
+            async with database.session() as session:
+                await UserRepository(session).link_identity(user_id, channel_type, external_id)
+        except StorageError as exc:
+            log.error("identity.conflict", user_id=user_id, channel=channel_type, error=str(exc))
+    log.info(
+        "identity.synced",
+        users=len(config.identity.users),
+        organizations=max(1, len(config.organizations)),
+    )
+
+
+def provisioning_allowed(identity: IdentityConfig, message: ChannelMessage) -> bool:
+    """Whether an unknown sender may get a user: their tenant must be on the allow-list."""
+    if identity.unknown_users != "provision":
+        return False
+    allowed = identity.provision
+    tenant = message.tenant.strip()
+    match message.channel_type.value:
+        case "slack":
+            return tenant in allowed.slack_team_ids
+        case "teams":
+            return tenant in allowed.teams_tenant_ids
+        case "email":
+            domain = message.user_identifier.rpartition("@")[2].lower()
+            return domain in {value.lower() for value in allowed.email_domains}
+        case _:
+            return False
+
+
+def provisioned_user_id(channel_type: str, external_id: str) -> str:
+    """A stable, path-safe id for a provisioned user."""
+    digest = hashlib.sha256(f"{channel_type}:{external_id}".encode()).hexdigest()[:16]
+    return f"{channel_type}-{digest}"
+
+
+class IdentityResolver:
+    """Maps a message's sender to a user, provisioning one where the config allows."""
+
+    def __init__(self, database: Database, config: GatewayConfig) -> None:
+        self.database = database
+        self.config = config
+
+    async def resolve(self, message: ChannelMessage) -> ResolvedUser | None:
+        """The sender's user, or None when the sender is unknown and may not be provisioned."""
+        channel = message.channel_type.value
+        external_id = normalise_identifier(channel, message.user_identifier)
+        async with self.database.session() as session:
+            user = await UserRepository(session).find_by_identity(channel, external_id)
+            if user is not None:
+                return ResolvedUser(user.id, user.org_id, user.display_name, user.provisioned)
+        if not provisioning_allowed(self.config.identity, message):
+            return None
+        user_id = provisioned_user_id(channel, external_id)
+        org_id = default_org_id(self.config)
+        async with self.database.session() as session:
+            users = UserRepository(session)
+            await users.upsert(user_id, org_id, external_id, provisioned=True)
+            await users.link_identity(user_id, channel, external_id)
+        log.info("identity.provisioned", user_id=user_id, channel=channel, tenant=message.tenant)
+        return ResolvedUser(user_id, org_id, external_id, provisioned=True)
+
+    async def identity_keys(self, user_id: str) -> list[str]:
+        """Every sender key of the user: the queues the dispatcher drains for them."""
+        async with self.database.session() as session:
+            identities = await UserRepository(session).identities(user_id)
+        return [f"{identity.channel_type}:{identity.external_id}" for identity in identities]

@@ -1,0 +1,107 @@
+"""Background jobs, run by one leader at a time across every gateway process.
+
+Leadership is a lease row in the database, renewed on every run; when the leader dies its
+lease expires and another process takes over. Today's job: archive sessions idle longer than
+`sessions.archive_after`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.locks import TurnLocks
+from gateway.log import get_logger
+from sessions.lifecycle import transition
+from storage.database import Database
+from storage.errors import GatewayError
+from storage.models import SessionStatus
+from storage.repositories import LeaseRepository, SessionRepository
+
+log = get_logger(__name__)
+
+LEASE_NAME = "background-jobs"
+
+
+def holder_id() -> str:
+    """A name for this process that no other process shares."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class BackgroundJobs:
+    """Runs the periodic jobs while this process holds the leader lease."""
+
+    def __init__(
+        self,
+        database: Database,
+        locks: TurnLocks,
+        *,
+        archive_after: timedelta,
+        clock: Callable[[], datetime],
+        interval: float | None = None,
+    ) -> None:
+        self.database = database
+        self.locks = locks
+        self.archive_after = archive_after
+        self.clock = clock
+        # Often enough that a session is archived soon after it passes `archive_after`.
+        self.interval = interval or min(60.0, max(0.5, archive_after.total_seconds() / 4))
+        self.holder = holder_id()
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        """Run the jobs every `interval` seconds until `stop()`, when this process leads."""
+        while not self._stop.is_set():
+            try:
+                if await self._lead():
+                    await self.archive_idle_sessions()
+            except (GatewayError, SQLAlchemyError, OSError) as exc:
+                log.error("jobs.failed", error=str(exc).splitlines()[0])
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=self.interval)
+        with suppress(GatewayError, SQLAlchemyError, OSError):
+            async with self.database.session() as db:
+                await LeaseRepository(db).release(LEASE_NAME, self.holder)
+
+    def stop(self) -> None:
+        """Stop after the current run."""
+        self._stop.set()
+
+    async def _lead(self) -> bool:
+        ttl = timedelta(seconds=max(30.0, 3 * self.interval))
+        async with self.database.session() as db:
+            return await LeaseRepository(db).try_acquire(
+                LEASE_NAME, self.holder, now=self.clock(), ttl=ttl
+            )
+
+    async def archive_idle_sessions(self) -> int:
+        """Archive every active session idle longer than `archive_after`; how many were."""
+        cutoff = self.clock() - self.archive_after
+        async with self.database.session() as db:
+            idle = await SessionRepository(db).idle_since(cutoff)
+        archived = 0
+        for candidate in idle:
+            # The user's turn lock: a session is never archived in the middle of a turn.
+            async with self.locks.hold(f"user:{candidate.user_id}") as held:
+                if not held:
+                    continue
+                async with self.database.session() as db:
+                    session = await SessionRepository(db).get(candidate.id, for_update=True)
+                    if (
+                        session is None
+                        or session.status != SessionStatus.ACTIVE.value
+                        or session.last_active_at >= cutoff
+                    ):
+                        continue
+                    transition(session, SessionStatus.ARCHIVED, at=self.clock(), reason="idle")
+                    archived += 1
+        if archived:
+            log.info("jobs.sessions_archived", count=archived)
+        return archived

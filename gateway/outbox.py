@@ -1,0 +1,171 @@
+"""The outbox sender: delivers committed replies through their channel adapter.
+
+Replies are claimed with a lease (so two processes never send one reply at the same time, and
+one that dies mid-send leaves it to be claimed again), sent, and marked delivered with the
+platform's message id. A failed send is retried with exponential backoff and full jitter, or
+after the platform's own `Retry-After`, up to `max_attempts`; then it is marked failed and
+logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from channels.base import ChannelAdapter, ChannelType, OutboundMessage
+from gateway.log import get_logger
+from gateway.metrics import GatewayMetrics
+from storage.database import Database
+from storage.errors import DeliveryError, GatewayError
+from storage.models import OutboundMessage as OutboundRow
+from storage.repositories import OutboxRepository
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently a reply is retried."""
+
+    max_attempts: int = 8
+    base_delay: float = 1.0
+    max_delay: float = 300.0
+    lease: timedelta = timedelta(seconds=120)
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds before attempt `attempt + 1`: the platform's hint, else jittered backoff."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_delay)
+        ceiling = min(self.max_delay, self.base_delay * 2 ** max(attempt - 1, 0))
+        return random.uniform(ceiling / 2, ceiling)  # noqa: S311 (jitter, not security)
+
+
+class OutboxSender:
+    """Sends due replies, concurrently across replies, until stopped."""
+
+    def __init__(
+        self,
+        database: Database,
+        adapters: Mapping[ChannelType, ChannelAdapter],
+        metrics: GatewayMetrics,
+        *,
+        clock: Callable[[], datetime],
+        policy: RetryPolicy | None = None,
+        poll_interval: float = 1.0,
+        concurrency: int = 16,
+    ) -> None:
+        self.database = database
+        self.adapters = adapters
+        self.metrics = metrics
+        self.clock = clock
+        self.policy = policy or RetryPolicy()
+        self.poll_interval = poll_interval
+        self._slots = asyncio.Semaphore(concurrency)
+        self._wake = asyncio.Event()
+        self._stopping = False
+
+    def notify(self) -> None:
+        """A reply was committed in this process: send it without waiting for the poll."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Send until `stop()`."""
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                claimed = await self.send_due()
+            except (GatewayError, SQLAlchemyError, OSError) as exc:
+                log.error("outbox.claim_failed", error=str(exc).splitlines()[0])
+                claimed = 0
+            if claimed:
+                continue  # there may be more due right away
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
+
+    def stop(self) -> None:
+        """Stop claiming after the sends in flight (`run` returns once they finish)."""
+        self._stopping = True
+        self._wake.set()
+
+    async def send_due(self) -> int:
+        """Claim the due replies and start sending them; how many were claimed."""
+        async with self.database.session() as db:
+            rows = await OutboxRepository(db).claim_due(
+                self.clock(), lease=self.policy.lease, limit=50
+            )
+        results = await asyncio.gather(*(self._send(row) for row in rows), return_exceptions=True)
+        for row, result in zip(rows, results, strict=True):
+            if isinstance(result, BaseException):
+                # The lease brings the row back; the error must not stop the other sends.
+                log.error("outbox.send_crashed", message_id=row.message_id, error=repr(result))
+        return len(rows)
+
+    async def _send(self, row: OutboundRow) -> None:
+        async with self._slots:
+            await self._send_one(row)
+
+    async def _send_one(self, row: OutboundRow) -> None:
+        channel = ChannelType(row.channel_type)
+        adapter = self.adapters.get(channel)
+        if adapter is None:
+            not_enabled = DeliveryError(f"the {channel} channel is not enabled", permanent=True)
+            await self._failed(row, not_enabled)
+            return
+        try:
+            receipt = await adapter.send(_outbound(row))
+        except DeliveryError as exc:
+            await self._failed(row, exc)
+            return
+        async with self.database.session() as db:
+            await OutboxRepository(db).mark_delivered(
+                row.id, platform_message_id=receipt.platform_message_id, at=self.clock()
+            )
+        self.metrics.messages_out.labels(channel.value, "delivered").inc()
+        log.info(
+            "outbox.delivered",
+            channel=channel.value,
+            message_id=row.message_id,
+            in_reply_to=row.in_reply_to,
+            attempts=row.attempts + 1,
+        )
+
+    async def _failed(self, row: OutboundRow, exc: DeliveryError) -> None:
+        attempt = row.attempts + 1
+        give_up = exc.permanent or attempt >= self.policy.max_attempts
+        retry_at = None
+        if not give_up:
+            retry_at = self.clock() + timedelta(seconds=self.policy.delay(attempt, exc.retry_after))
+        async with self.database.session() as db:
+            await OutboxRepository(db).mark_attempt_failed(
+                row.id, error=str(exc), retry_at=retry_at
+            )
+        outcome = "failed" if give_up else "retry"
+        self.metrics.messages_out.labels(row.channel_type, outcome).inc()
+        event = "outbox.delivery_failed" if give_up else "outbox.retry_scheduled"
+        log.warning(
+            event,
+            channel=row.channel_type,
+            message_id=row.message_id,
+            attempt=attempt,
+            error=str(exc),
+            retry_at=retry_at.isoformat() if retry_at else None,
+        )
+
+
+def _outbound(row: OutboundRow) -> OutboundMessage:
+    return OutboundMessage(
+        message_id=row.message_id,
+        channel_type=ChannelType(row.channel_type),
+        channel_id=row.channel_id,
+        content=row.content,
+        user_id=row.user_id,
+        thread_id=row.thread_id,
+        in_reply_to=row.in_reply_to,
+        reply_context=row.reply_context,
+    )

@@ -1,0 +1,108 @@
+"""Session resolution: which session an inbound message of a known user belongs to.
+
+In order: a thread already tracked → its session (reactivated if archived); an email answering
+a message we sent → that message's session; the user's active session, if its last activity is
+within `sessions.archive_after` (an older one is archived on the spot); else a new session. With
+`sessions.scope: channel` each channel type has its own active session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from channels.base import ChannelMessage
+from gateway.identity import ResolvedUser
+from gateway.log import get_logger
+from sessions.lifecycle import transition
+from storage.models import Session, SessionStatus
+from storage.repositories import OutboxRepository, SessionRepository
+
+log = get_logger(__name__)
+
+Scope = Literal["user", "channel"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingPolicy:
+    """The config values routing depends on."""
+
+    scope: Scope
+    archive_after: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a message goes, and how that was decided (for logs and notices)."""
+
+    session: Session
+    reason: Literal["thread", "reply", "active", "new"]
+    reactivated: bool = False
+
+
+async def find_session(
+    session: AsyncSession,
+    user: ResolvedUser,
+    message: ChannelMessage,
+    policy: RoutingPolicy,
+    *,
+    now: datetime,
+) -> Route | None:
+    """The session the message continues, without creating one (None: it would be new)."""
+    sessions = SessionRepository(session)
+    channel = message.channel_type.value
+    for candidate, reason in (
+        (await sessions.find_by_thread(channel, message.channel_id, message.thread_id), "thread"),
+        (await _session_replied_to(session, message), "reply"),
+    ):
+        if candidate is not None and candidate.user_id == user.user_id:
+            reactivated = _reactivate(candidate, now=now, reason=reason)
+            return Route(candidate, reason, reactivated)  # type: ignore[arg-type]
+    scope_channel = channel if policy.scope == "channel" else None
+    active = await sessions.find_latest_active(user.user_id, scope_channel=scope_channel)
+    if active is None:
+        return None
+    if now - active.last_active_at > policy.archive_after:
+        if active.status == SessionStatus.ACTIVE.value:
+            transition(active, SessionStatus.ARCHIVED, at=now, reason="idle")
+        return None
+    return Route(active, "active")
+
+
+async def resolve_session(
+    session: AsyncSession,
+    user: ResolvedUser,
+    message: ChannelMessage,
+    policy: RoutingPolicy,
+    *,
+    now: datetime,
+) -> Route:
+    """The session the message belongs to, created when there is none to continue."""
+    found = await find_session(session, user, message, policy, now=now)
+    if found is not None:
+        return found
+    scope_channel = message.channel_type.value if policy.scope == "channel" else None
+    created = await SessionRepository(session).create(
+        user.user_id, user.org_id, scope_channel=scope_channel, at=now
+    )
+    log.info("session.created", session_id=created.id, user_id=user.user_id)
+    return Route(created, "new")
+
+
+async def _session_replied_to(session: AsyncSession, message: ChannelMessage) -> Session | None:
+    if not message.references:
+        return None
+    session_id = await OutboxRepository(session).session_of_message(message.references)
+    if session_id is None:
+        return None
+    return await SessionRepository(session).get(session_id)
+
+
+def _reactivate(candidate: Session, *, now: datetime, reason: str) -> bool:
+    if candidate.status in (SessionStatus.ARCHIVED.value, SessionStatus.EXPORTED.value):
+        transition(candidate, SessionStatus.ACTIVE, at=now, reason=f"referenced by {reason}")
+        return True
+    return False

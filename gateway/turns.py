@@ -1,0 +1,426 @@
+"""One turn: an inbound event becomes a transcript entry, a model call and exactly one reply.
+
+Runs while the dispatcher holds the user's turn lock, so a user's turns never interleave. The
+turn is split so that a crash at any point is recoverable without duplicates:
+
+1. route the message and append it to the session (commit; the event remembers its `seq`);
+2. call the model with the session's context (no transaction open);
+3. append the answer, commit the reply to the outbox and finish the event, in one commit.
+
+A restart repeats only what did not commit: step 1 is skipped when the event has a `seq`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from channels.base import ChannelMessage
+from gateway.commands import Command, CommandContext, parse_command, run_command
+from gateway.identity import ResolvedUser
+from gateway.log import bind_turn_context, clear_turn_context, get_logger
+from gateway.metrics import GatewayMetrics
+from gateway.router import RoutingPolicy, resolve_session
+from sessions.context import HistoryMessage, assemble_request, system_prompt_for
+from sessions.llm import LLMClient, LLMRequest, estimate_tokens
+from storage.database import Database
+from storage.errors import GatewayError, LLMError, StorageError
+from storage.models import InboundEvent, InboundStatus
+from storage.repositories import (
+    InboxRepository,
+    OrganizationRepository,
+    OutboxRepository,
+    SessionRepository,
+)
+from storage.transcripts import SessionRef, TranscriptLine, TranscriptStore
+
+log = get_logger(__name__)
+
+UNKNOWN_SENDER_TEXT = (
+    "Hello! You are not enabled to use this assistant yet. "
+    "Please ask your administrator to add you."
+)
+LLM_APOLOGY_TEXT = (
+    "Sorry, I could not get an answer from the assistant just now. "
+    "Your message is saved; please try again in a moment."
+)
+FAILURE_APOLOGY_TEXT = (
+    "Sorry, something went wrong while handling your message. The team has been notified."
+)
+REJECTION_INTERVAL = timedelta(hours=1)
+MAX_ATTEMPTS = 3
+HISTORY_WINDOW = 500
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSettings:
+    """The config values a turn depends on."""
+
+    routing: RoutingPolicy
+    system_prompt: str
+    history_budget_tokens: int
+    max_tokens: int
+
+
+def new_outbound_id() -> str:
+    """Our own id for a reply."""
+    return f"out-{uuid.uuid4().hex}"
+
+
+class TurnProcessor:
+    """Answers inbound events, one at a time, for a user whose turn lock is held."""
+
+    def __init__(
+        self,
+        database: Database,
+        transcripts: TranscriptStore,
+        llm: LLMClient,
+        metrics: GatewayMetrics,
+        settings: TurnSettings,
+        *,
+        clock: Callable[[], datetime],
+        on_reply: Callable[[], None],
+    ) -> None:
+        self.database = database
+        self.transcripts = transcripts
+        self.llm = llm
+        self.metrics = metrics
+        self.settings = settings
+        self.clock = clock
+        self.on_reply = on_reply
+
+    async def process(self, event: InboundEvent, user: ResolvedUser) -> None:
+        """Answer one event; failures are retried up to three times, then apologised for."""
+        message = ChannelMessage.from_record(event.message)
+        bind_turn_context(user_id=user.user_id, channel=message.channel_type.value)
+        started = time.perf_counter()
+        try:
+            await self._answer(event, message, user)
+        except (GatewayError, SQLAlchemyError, OSError, ValueError, LookupError) as exc:
+            # Anything a turn can fail with; the failure is counted and the event retried (or,
+            # after MAX_ATTEMPTS, answered with an apology) so it is never silently lost.
+            await self._record_failure(event, message, user, exc)
+        finally:
+            clear_turn_context()
+            self.metrics.turn_latency.observe(time.perf_counter() - started)
+
+    async def reject_unknown_sender(self, event: InboundEvent) -> None:
+        """Refuse an event from a sender with no user: one polite message per hour at most."""
+        message = ChannelMessage.from_record(event.message)
+        channel = message.channel_type.value
+        now = self.clock()
+        async with self.database.session() as db:
+            if not await InboxRepository(db).finish(
+                event.id, InboundStatus.REJECTED, at=now, error="unknown sender"
+            ):
+                return  # another worker handled it
+            outbox = OutboxRepository(db)
+            recently = await outbox.sent_since(
+                channel, message.channel_id, "rejection", now - REJECTION_INTERVAL
+            )
+            if not recently:
+                await self._enqueue(
+                    db, message, UNKNOWN_SENDER_TEXT, event_id=event.id, kind="rejection"
+                )
+        self.metrics.messages_rejected.labels(channel, "unknown_sender").inc()
+        log.warning(
+            "identity.unknown_sender",
+            channel=channel,
+            sender=message.user_identifier,
+            tenant=message.tenant,
+            message_id=message.message_id,
+            notified=not recently,
+        )
+        if not recently:
+            self.on_reply()
+
+    async def _answer(
+        self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser
+    ) -> None:
+        command = parse_command(message)
+        if command is not None and event.appended_seq is None:
+            await self._run_command(event, message, user, command)
+            return
+        session_id, org_id = await self._append_user_message(event, message, user)
+        bind_turn_context(session_id=session_id)
+        request = await self._build_request(session_id, org_id)
+        llm_started = time.perf_counter()
+        try:
+            response = await self.llm.complete(request)
+        except LLMError as exc:
+            log.error("llm.failed", error=str(exc))
+            await self._finish_with(
+                event,
+                message,
+                user,
+                LLM_APOLOGY_TEXT,
+                session_id=session_id,
+                status=InboundStatus.FAILED,
+                error=str(exc),
+            )
+            return
+        finally:
+            self.metrics.llm_latency.labels(self.llm.name).observe(
+                time.perf_counter() - llm_started
+            )
+        now = self.clock()
+        async with self.database.session() as db:
+            sessions = SessionRepository(db)
+            reply_id = new_outbound_id()
+            answer = await sessions.append_message(
+                session_id,
+                role="assistant",
+                channel_type=message.channel_type.value,
+                thread_id=message.thread_id,
+                content=response.text,
+                message_id=reply_id,
+                in_reply_to=message.message_id,
+                tokens=response.output_tokens,
+                at=now,
+            )
+            await sessions.add_usage(
+                session_id,
+                input_tokens=response.input_tokens,
+                output_tokens=response.output_tokens,
+                context_tokens=response.input_tokens,
+            )
+            await self._enqueue(
+                db,
+                message,
+                response.text,
+                event_id=event.id,
+                user_id=user.user_id,
+                session_id=session_id,
+                outbound_id=reply_id,
+            )
+            await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
+        log.info(
+            "turn.answered",
+            seq=answer.seq,
+            input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens,
+        )
+        self.on_reply()
+        await self._append_transcript(
+            SessionRef(org_id, user.user_id, session_id),
+            [
+                _line(
+                    message.message_id,
+                    "user",
+                    message,
+                    content=message.prompt_text(),
+                    at=now,
+                    tokens=estimate_tokens(message.prompt_text()),
+                ),
+                _line(
+                    reply_id,
+                    "assistant",
+                    message,
+                    content=response.text,
+                    at=now,
+                    tokens=response.output_tokens,
+                ),
+            ],
+        )
+
+    async def _append_user_message(
+        self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser
+    ) -> tuple[str, str]:
+        if event.appended_seq is not None and event.session_id is not None:
+            return event.session_id, user.org_id  # step 1 committed before a restart
+        now = self.clock()
+        async with self.database.session() as db:
+            route = await resolve_session(db, user, message, self.settings.routing, now=now)
+            sessions = SessionRepository(db)
+            text = message.prompt_text()
+            appended = await sessions.append_message(
+                route.session.id,
+                role="user",
+                channel_type=message.channel_type.value,
+                thread_id=message.thread_id,
+                content=text,
+                message_id=message.message_id,
+                tokens=estimate_tokens(text),
+                at=now,
+                metadata=_message_metadata(message),
+            )
+            await sessions.record_channel(
+                route.session.id,
+                message.channel_type.value,
+                message.channel_id,
+                message.thread_id,
+                at=now,
+            )
+            stored = await InboxRepository(db).get(event.id)
+            if stored is None:
+                raise StorageError("inbound event vanished during its turn", key=str(event.id))
+            stored.appended_seq = appended.seq
+            stored.session_id = route.session.id
+            stored.user_id = user.user_id
+        event.appended_seq, event.session_id = appended.seq, route.session.id
+        log.info("turn.started", session_id=route.session.id, route=route.reason, seq=appended.seq)
+        return route.session.id, route.session.org_id
+
+    async def _build_request(self, session_id: str, org_id: str) -> LLMRequest:
+        async with self.database.session() as db:
+            sessions = SessionRepository(db)
+            session = await sessions.get(session_id)
+            if session is None:
+                raise StorageError("session vanished during its turn", key=session_id)
+            after = max(0, session.last_seq - HISTORY_WINDOW)
+            history = await sessions.messages(session_id, after_seq=after)
+            organization = await OrganizationRepository(db).get(org_id)
+        system = system_prompt_for(
+            self.settings.system_prompt,
+            organization.name if organization else org_id,
+            organization.context if organization else "",
+        )
+        return assemble_request(
+            system=system,
+            history=[
+                HistoryMessage(row.role, row.content, row.tokens)  # type: ignore[arg-type]
+                for row in history
+                if row.role in ("user", "assistant")
+            ],
+            budget_tokens=self.settings.history_budget_tokens,
+            max_tokens=self.settings.max_tokens,
+        )
+
+    async def _run_command(
+        self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser, command: Command
+    ) -> None:
+        now = self.clock()
+        async with self.database.session() as db:
+            outcome = await run_command(
+                command,
+                CommandContext(
+                    db=db,
+                    user=user,
+                    message=message,
+                    policy=self.settings.routing,
+                    history_budget_tokens=self.settings.history_budget_tokens,
+                    now=now,
+                ),
+            )
+            await self._enqueue(
+                db, message, outcome.reply, event_id=event.id, user_id=user.user_id, kind="command"
+            )
+            await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
+        self.on_reply()
+        if outcome.deleted_session is not None:
+            deleted = outcome.deleted_session
+            await self.transcripts.delete_session(
+                SessionRef(deleted.org_id, deleted.user_id, deleted.id)
+            )
+
+    async def _finish_with(
+        self,
+        event: InboundEvent,
+        message: ChannelMessage,
+        user: ResolvedUser,
+        text: str,
+        *,
+        session_id: str | None,
+        status: InboundStatus,
+        error: str,
+    ) -> None:
+        async with self.database.session() as db:
+            if await InboxRepository(db).finish(event.id, status, at=self.clock(), error=error):
+                await self._enqueue(
+                    db,
+                    message,
+                    text,
+                    event_id=event.id,
+                    user_id=user.user_id,
+                    session_id=session_id,
+                    kind="notice",
+                )
+        self.on_reply()
+
+    async def _record_failure(
+        self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser, exc: Exception
+    ) -> None:
+        log.exception("turn.failed", event_id=event.id, error=str(exc))
+        async with self.database.session() as db:
+            attempts = await InboxRepository(db).record_failure(event.id, str(exc)[:2000])
+        if attempts >= MAX_ATTEMPTS:
+            await self._finish_with(
+                event,
+                message,
+                user,
+                FAILURE_APOLOGY_TEXT,
+                session_id=event.session_id,
+                status=InboundStatus.FAILED,
+                error=str(exc)[:2000],
+            )
+
+    async def _enqueue(
+        self,
+        db: AsyncSession,
+        message: ChannelMessage,
+        text: str,
+        *,
+        event_id: int,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        kind: str = "reply",
+        outbound_id: str | None = None,
+    ) -> None:
+        await OutboxRepository(db).enqueue(
+            message_id=outbound_id or new_outbound_id(),
+            channel_type=message.channel_type.value,
+            channel_id=message.channel_id,
+            thread_id=message.thread_id,
+            in_reply_to=message.message_id,
+            kind=kind,
+            content=text,
+            user_id=user_id,
+            session_id=session_id,
+            inbound_event_id=event_id,
+            reply_context=dict(message.reply_context),
+            at=self.clock(),
+        )
+
+    async def _append_transcript(self, ref: SessionRef, lines: list[TranscriptLine]) -> None:
+        # The database is the record; the transcript file is its mirror for archives and
+        # exports, rebuilt from the database at PreCompact time, so a failure here only logs.
+        try:
+            await self.transcripts.append_lines(ref, lines)
+        except StorageError as exc:
+            log.warning("transcript.append_failed", error=str(exc))
+
+
+def _line(
+    msg_id: str, role: str, message: ChannelMessage, *, content: str, at: datetime, tokens: int
+) -> TranscriptLine:
+    return TranscriptLine(
+        msg_id=msg_id,
+        role=role,
+        channel=message.channel_type.value,
+        thread_id=message.thread_id or None,
+        content=content,
+        timestamp=at,
+        tokens=tokens,
+    )
+
+
+def _message_metadata(message: ChannelMessage) -> dict[str, object]:
+    metadata: dict[str, object] = {"channel_id": message.channel_id}
+    if message.forwarded is not None:
+        metadata["forwarded"] = {
+            "sender": message.forwarded.sender,
+            "subject": message.forwarded.subject,
+            "date": message.forwarded.date,
+        }
+    if message.attachments:
+        metadata["attachments"] = [
+            {"filename": a.filename, "content_type": a.content_type, "size": a.size}
+            for a in message.attachments
+        ]
+    return metadata
