@@ -1,4 +1,4 @@
-"""The ASGI application: health, readiness and metrics endpoints (channels mount here too)."""
+"""The ASGI application: health, readiness and metrics endpoints, and the channels' routes."""
 
 from __future__ import annotations
 
@@ -76,12 +76,15 @@ class RequestMetricsMiddleware:
 
 def create_app(runtime: GatewayRuntime) -> Starlette:
     """The gateway's ASGI app, bound to an already started runtime."""
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    if runtime.web is not None:
+        routes.extend(runtime.web.routes())
     app = Starlette(
-        routes=[
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
-        ],
+        routes=routes,
         middleware=[Middleware(RequestMetricsMiddleware)],
     )
     app.state.runtime = runtime

@@ -47,9 +47,11 @@ class Command:
 
 @dataclass(frozen=True, slots=True)
 class CommandOutcome:
-    """The reply to a command, and a session that was deleted (its transcripts must go too)."""
+    """The reply to a command, the session it concerns (if any), and a session that was
+    deleted (its transcripts must go too)."""
 
     reply: str
+    session_id: str | None = None
     deleted_session: Session | None = None
 
 
@@ -123,13 +125,14 @@ async def _new(_command: Command, context: CommandContext) -> CommandOutcome:
         at=context.now,
     )
     if current is None:
-        return CommandOutcome(f"Started a new session ({short_id(created.id)}).")
+        return CommandOutcome(f"Started a new session ({short_id(created.id)}).", created.id)
     if current.status == SessionStatus.ACTIVE.value:
         transition(current, SessionStatus.ARCHIVED, at=context.now, reason="/new")
     return CommandOutcome(
         f"Started a new session ({short_id(created.id)}). The previous one "
         f"({short_id(current.id)}, {current.message_count} messages) is archived; "
-        f"/resume {short_id(current.id)} brings it back."
+        f"/resume {short_id(current.id)} brings it back.",
+        created.id,
     )
 
 
@@ -147,7 +150,7 @@ async def _sessions(_command: Command, context: CommandContext) -> CommandOutcom
             f"{item.status:<8}  {item.message_count:>4} msgs  {topic}"
         )
     lines.append("/resume <id> continues one.")
-    return CommandOutcome("\n".join(lines))
+    return CommandOutcome("\n".join(lines), current.id if current else None)
 
 
 async def _resume(command: Command, context: CommandContext) -> CommandOutcome:
@@ -176,7 +179,8 @@ async def _resume(command: Command, context: CommandContext) -> CommandOutcome:
     target.last_active_at = context.now
     return CommandOutcome(
         f"Resumed session {short_id(target.id)} ({target.message_count} messages, "
-        f"started {target.created_at:%Y-%m-%d %H:%M} UTC)."
+        f"started {target.created_at:%Y-%m-%d %H:%M} UTC).",
+        target.id,
     )
 
 
@@ -204,7 +208,8 @@ async def _status(_command: Command, context: CommandContext) -> CommandOutcome:
                 f"Context use: {used} of {budget} tokens ({100 * used // budget}%)",
                 f"Compactions: {current.compaction_count}",
             ]
-        )
+        ),
+        current.id,
     )
 
 
@@ -218,7 +223,8 @@ async def _forget(command: Command, context: CommandContext) -> CommandOutcome:
         current.forget_requested_at = context.now
         return CommandOutcome(
             f"This permanently deletes session {short_id(current.id)} and its "
-            f"{current.message_count} messages. Send /forget confirm within 5 minutes to go ahead."
+            f"{current.message_count} messages. Send /forget confirm within 5 minutes to go ahead.",
+            current.id,
         )
     if requested is None or context.now - requested > FORGET_CONFIRMATION_WINDOW:
         return CommandOutcome("Nothing to confirm: send /forget first, then /forget confirm.")

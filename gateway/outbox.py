@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -169,3 +170,33 @@ def _outbound(row: OutboundRow) -> OutboundMessage:
         in_reply_to=row.in_reply_to,
         reply_context=row.reply_context,
     )
+
+
+class OutboxFeed:
+    """The web channel's reply feed, read from the outbox."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    async def replies(
+        self, user_id: str, *, after: int, limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Replies to a web user after the cursor (an outbound row id), oldest first."""
+        async with self.database.session() as db:
+            rows = await OutboxRepository(db).feed(
+                ChannelType.WEB.value, user_id, after_id=after, limit=limit
+            )
+        prefix = f"{user_id}:"
+        messages = [
+            {
+                "message_id": row.message_id,
+                "role": "assistant",
+                "text": row.content,
+                "session_id": row.session_id,
+                "thread_id": row.thread_id or None,
+                "in_reply_to": (row.in_reply_to or "").removeprefix(prefix) or None,
+                "created_at": row.created_at.isoformat(),
+            }
+            for row in rows
+        ]
+        return messages, (rows[-1].id if rows else after)

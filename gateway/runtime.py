@@ -1,4 +1,4 @@
-"""The running gateway's shared services, opened once at start-up and closed at shutdown.
+"""The running gateway's services, wired from the config, opened at start-up, closed at shutdown.
 
 Start-up fails closed: an unreachable database, a failed migration or an unusable transcript
 store raises a `GatewayError` naming the problem before the HTTP server accepts a request.
@@ -6,12 +6,27 @@ store raises a `GatewayError` naming the problem before the HTTP server accepts 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
 
+from channels.base import ChannelAdapter, ChannelType
+from channels.web import WebChannel, WebSettings
+from gateway.dispatcher import Dispatcher
+from gateway.identity import IdentityResolver, sync_identities
+from gateway.inbox import Inbox
+from gateway.jobs import BackgroundJobs
+from gateway.locks import turn_locks_for
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
+from gateway.outbox import OutboxFeed, OutboxSender
+from gateway.router import RoutingPolicy
 from gateway.settings import GatewayConfig, TranscriptsConfig
+from gateway.turns import TurnProcessor, TurnSettings
+from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from storage.database import Database
+from storage.models import utcnow
 from storage.transcripts import LocalTranscriptStore, TranscriptStore
 
 log = get_logger(__name__)
@@ -37,19 +52,46 @@ def open_transcript_store(settings: TranscriptsConfig) -> TranscriptStore:
     return LocalTranscriptStore(settings.local_path)
 
 
+def open_llm(config: GatewayConfig) -> LLMClient:
+    """The language model client the config asks for."""
+    latency = config.llm.offline_latency
+    if config.llm.provider != "offline":
+        log.warning(
+            "llm.provider_unavailable",
+            provider=config.llm.provider,
+            detail="this build answers with the offline provider",
+        )
+    log.warning("llm.offline", detail=OFFLINE_LABEL)
+    return OfflineLLM(latency=latency.total_seconds() if latency else 0.0)
+
+
 @dataclass
 class GatewayRuntime:
-    """Everything a request handler or background job needs, wired from the config."""
+    """Everything request handlers and background loops need, wired from the config."""
 
     config: GatewayConfig
     database: Database
     transcripts: TranscriptStore
     metrics: GatewayMetrics
+    clock: Callable[[], datetime]
+    inbox: Inbox
+    dispatcher: Dispatcher
+    outbox: OutboxSender
+    jobs: BackgroundJobs
+    web: WebChannel | None
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
-    async def start(cls, config: GatewayConfig) -> GatewayRuntime:
-        """Open the database (migrating it when `storage.auto_migrate`) and the store."""
-        database = Database(config.storage.database_url, pool_size=config.storage.pool_size)
+    async def start(
+        cls, config: GatewayConfig, *, clock: Callable[[], datetime] = utcnow
+    ) -> GatewayRuntime:
+        """Open the database (migrating it when `storage.auto_migrate`), the store, the users."""
+        database = Database(
+            config.storage.database_url,
+            pool_size=config.storage.pool_size,
+            # A turn holds its user's lock on one connection and works on another.
+            max_overflow=2 * config.sessions.max_concurrent_turns + 8,
+        )
         try:
             await database.ping()
             if config.storage.auto_migrate:
@@ -57,9 +99,28 @@ class GatewayRuntime:
                 log.info("storage.migrated", revision=await database.current_revision())
             transcripts = open_transcript_store(config.storage.transcripts)
             await transcripts.check()
+            await sync_identities(database, config)
         except BaseException:
             await database.dispose()
             raise
+        runtime = cls._wire(config, database, transcripts, clock)
+        log.info(
+            "gateway.started",
+            database=database.display_url,
+            transcripts=config.storage.transcripts.backend,
+            llm_provider=config.llm.provider,
+            channels=sorted(runtime.outbox.adapters),
+        )
+        return runtime
+
+    @classmethod
+    def _wire(
+        cls,
+        config: GatewayConfig,
+        database: Database,
+        transcripts: TranscriptStore,
+        clock: Callable[[], datetime],
+    ) -> GatewayRuntime:
         metrics = GatewayMetrics()
         metrics.info.info(
             {
@@ -68,15 +129,79 @@ class GatewayRuntime:
                 "llm_provider": config.llm.provider,
             }
         )
-        log.info(
-            "gateway.started",
-            database=database.display_url,
-            transcripts=config.storage.transcripts.backend,
-            llm_provider=config.llm.provider,
+        locks = turn_locks_for(database)
+        adapters: dict[ChannelType, ChannelAdapter] = {}
+        outbox = OutboxSender(database, adapters, metrics, clock=clock)
+        processor = TurnProcessor(
+            database,
+            transcripts,
+            open_llm(config),
+            metrics,
+            TurnSettings(
+                routing=RoutingPolicy(config.sessions.scope, config.sessions.archive_after),
+                system_prompt=config.llm.system_prompt,
+                history_budget_tokens=config.sessions.history_budget_tokens,
+                max_tokens=config.llm.max_tokens,
+            ),
+            clock=clock,
+            on_reply=outbox.notify,
         )
-        return cls(config=config, database=database, transcripts=transcripts, metrics=metrics)
+        dispatcher = Dispatcher(
+            database,
+            IdentityResolver(database, config),
+            locks,
+            processor,
+            max_concurrent_turns=config.sessions.max_concurrent_turns,
+        )
+        inbox = Inbox(database, metrics, clock=clock, on_accept=dispatcher.notify)
+        web = None
+        if config.channels.web.enabled:
+            web_config = config.channels.web
+            web = WebChannel(
+                WebSettings(
+                    dev_open=web_config.dev_open,
+                    tokens={t.token.get_secret_value(): t.user for t in web_config.tokens},
+                    max_text_chars=web_config.max_text_chars,
+                ),
+                inbox,
+                OutboxFeed(database),
+                clock=clock,
+                on_rejected=lambda status, _reason: metrics.messages_rejected.labels(
+                    "web", str(status)
+                ).inc(),
+            )
+            adapters[ChannelType.WEB] = web
+        jobs = BackgroundJobs(
+            database, locks, archive_after=config.sessions.archive_after, clock=clock
+        )
+        return cls(
+            config=config,
+            database=database,
+            transcripts=transcripts,
+            metrics=metrics,
+            clock=clock,
+            inbox=inbox,
+            dispatcher=dispatcher,
+            outbox=outbox,
+            jobs=jobs,
+            web=web,
+        )
+
+    def start_background(self) -> None:
+        """Start the dispatcher, the outbox sender and the background jobs."""
+        for name, loop in (
+            ("dispatcher", self.dispatcher.run),
+            ("outbox", self.outbox.run),
+            ("jobs", self.jobs.run),
+        ):
+            self._tasks.append(asyncio.create_task(loop(), name=name))
 
     async def close(self) -> None:
-        """Release connections; safe to call once at shutdown."""
+        """Stop the loops (turns in flight finish; unfinished work stays in the database)."""
+        await self.dispatcher.stop()
+        self.outbox.stop()
+        self.jobs.stop()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.database.dispose()
         log.info("gateway.stopped")

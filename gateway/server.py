@@ -54,6 +54,7 @@ async def serve(config: GatewayConfig) -> None:
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, request_stop, signum)
+        runtime.start_background()
         log.info("http.listening", host=config.server.host, port=config.server.port)
         await server.serve()
     finally:

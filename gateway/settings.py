@@ -301,6 +301,8 @@ class LLMConfig(StrictModel):
     timeout: Duration = timedelta(seconds=60)
     max_retries: int = Field(default=4, ge=0)
     max_tokens: int = Field(default=4096, ge=1)
+    # Simulated thinking time of the offline provider (demos, load and crash tests).
+    offline_latency: Duration | None = None
 
     @field_validator("api_key")
     @classmethod

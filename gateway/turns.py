@@ -309,7 +309,13 @@ class TurnProcessor:
                 ),
             )
             await self._enqueue(
-                db, message, outcome.reply, event_id=event.id, user_id=user.user_id, kind="command"
+                db,
+                message,
+                outcome.reply,
+                event_id=event.id,
+                user_id=user.user_id,
+                session_id=outcome.session_id,
+                kind="command",
             )
             await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
         self.on_reply()

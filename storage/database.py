@@ -63,7 +63,9 @@ class Database:
     SQLite (the embedded default) and PostgreSQL are both supported; the URL picks the driver.
     """
 
-    def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 10, max_overflow: int | None = None, echo: bool = False
+    ) -> None:
         try:
             parsed = make_url(url)
         except ArgumentError as exc:
@@ -81,7 +83,8 @@ class Database:
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
             options["connect_args"] = {"timeout": 30}
         else:
-            options.update(pool_size=pool_size, max_overflow=pool_size)
+            overflow = pool_size if max_overflow is None else max_overflow
+            options.update(pool_size=pool_size, max_overflow=overflow)
             options["connect_args"] = {"connect_timeout": 5}
         self.engine: AsyncEngine = create_async_engine(parsed, **options)
         if self.is_sqlite:

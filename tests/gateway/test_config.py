@@ -255,6 +255,8 @@ def test_optional_variable_uses_its_default_or_the_environment(write_config):
         server:
           host: "${HOST:-0.0.0.0}"
           port: ${PORT:-9000}
+        channels:
+          web: {enabled: false}
         llm:
           model: "claude-${MODEL:-haiku}-x"
           base_url: "${BASE_URL:-}"
@@ -588,3 +590,16 @@ def test_every_config_model_is_strict():
         assert issubclass(model, StrictModel), model
         assert model.model_config.get("frozen") is True
         assert model.model_config.get("extra") == "forbid"
+
+
+def test_dev_open_web_channel_refuses_a_non_loopback_host(write_config):
+    path = write_config(
+        """
+        server: {host: 0.0.0.0}
+        channels:
+          web: {dev_open: true}
+        """
+    )
+    (problem,) = check_config(path, {})
+    assert problem.key_path == "channels.web.dev_open"
+    assert "loopback" in problem.message
