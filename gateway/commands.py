@@ -177,6 +177,7 @@ async def _resume(command: Command, context: CommandContext) -> CommandOutcome:
     if target.status != SessionStatus.ACTIVE.value:
         transition(target, SessionStatus.ACTIVE, at=context.now, reason="/resume")
     target.last_active_at = context.now
+    target.current_since = context.now
     return CommandOutcome(
         f"Resumed session {short_id(target.id)} ({target.message_count} messages, "
         f"started {target.created_at:%Y-%m-%d %H:%M} UTC).",

@@ -175,6 +175,10 @@ class Session(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     last_active_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # When the session last became the user's current one (created or resumed). A reply in
+    # an old session's thread reactivates that session without making it current, so the
+    # user's next message outside threads still goes where they were.
+    current_since: Mapped[datetime] = mapped_column(default=utcnow)
     archived_at: Mapped[datetime | None]
     message_count: Mapped[int] = mapped_column(Integer, default=0)
     user_message_count: Mapped[int] = mapped_column(Integer, default=0)

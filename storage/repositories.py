@@ -171,6 +171,7 @@ class SessionRepository:
             created_at=at,
             updated_at=at,
             last_active_at=at,
+            current_since=at,
         )
         self.session.add(row)
         await self.session.flush()
@@ -187,7 +188,7 @@ class SessionRepository:
     async def find_latest_active(
         self, user_id: str, *, scope_channel: str | None = None
     ) -> Session | None:
-        """The user's most recently active session in state active (or compacting)."""
+        """The user's current session: the active (or compacting) one made current last."""
         result = await self.session.execute(
             select(Session)
             .where(
@@ -197,7 +198,7 @@ class SessionRepository:
                 else Session.scope_channel == scope_channel,
                 Session.status.in_([SessionStatus.ACTIVE.value, SessionStatus.COMPACTING.value]),
             )
-            .order_by(Session.last_active_at.desc())
+            .order_by(Session.current_since.desc(), Session.last_active_at.desc())
             .limit(1)
         )
         return result.scalar_one_or_none()

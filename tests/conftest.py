@@ -45,6 +45,18 @@ def postgres_url() -> Iterator[str]:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture
+def fresh_postgres_url() -> Iterator[str]:
+    """An empty PostgreSQL database of its own for one test, dropped afterwards."""
+    name = f"gateway_e2e_{uuid.uuid4().hex[:12]}"
+    admin = _libpq_url(POSTGRES_ADMIN_URL)
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 async def _migrate(url: str) -> None:
     database = Database(url)
     try:

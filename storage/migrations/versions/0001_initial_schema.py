@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 00:41:25.845811
+Create Date: 2026-11-22 00:46:30.200924
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("last_active_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("current_since", sa.DateTime(timezone=True), nullable=False),
         sa.Column("archived_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("message_count", sa.Integer(), nullable=False),
         sa.Column("user_message_count", sa.Integer(), nullable=False),

@@ -1,0 +1,133 @@
+"""Run a whole gateway in the test's event loop, on a real loopback socket, with a clock the
+test can move; and small HTTP helpers for the web channel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import uvicorn
+
+from gateway.app import create_app
+from gateway.runtime import GatewayRuntime
+from gateway.settings import GatewayConfig
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class MovableClock:
+    """Real time plus an offset the test can add to (`advance`)."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, delta: timedelta) -> None:
+        self.offset += delta
+
+
+class _QuietServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class RunningGateway:
+    runtime: GatewayRuntime
+    client: httpx.AsyncClient
+    clock: MovableClock
+
+    async def post(self, user: str, text: str, **fields: Any) -> httpx.Response:
+        return await self.client.post(
+            "/web/v1/messages", json={"user": user, "text": text, **fields}
+        )
+
+    async def replies(self, user: str, after: str = "") -> dict[str, Any]:
+        response = await self.client.get("/web/v1/messages", params={"user": user, "after": after})
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def wait_for_replies(
+        self, user: str, count: int, *, timeout: float = 15.0
+    ) -> list[dict[str, Any]]:
+        """Poll the feed until `count` replies arrived (fails on timeout, or on more)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            messages = (await self.replies(user))["messages"]
+            if len(messages) >= count:
+                await asyncio.sleep(0.3)  # a surplus reply would show up now
+                messages = (await self.replies(user))["messages"]
+                assert len(messages) == count, messages
+                return messages
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{len(messages)} of {count} replies after {timeout}s")
+            await asyncio.sleep(0.05)
+
+
+def gateway_config(database_url: str, tmp_path: Any, **sections: Any) -> GatewayConfig:
+    """A config for tests: the given database, a local store in tmp_path, user alice (and bob)."""
+    data: dict[str, Any] = {
+        "storage": {
+            "database_url": database_url,
+            "transcripts": {"local_path": str(tmp_path / "transcripts")},
+        },
+        "organizations": [{"id": "acme", "name": "Acme", "context": "Acme makes anvils."}],
+        "identity": {
+            "users": [
+                {"id": "alice", "org": "acme", "name": "Alice", "email": ["alice@acme.example"]},
+                {"id": "bob", "org": "acme", "name": "Bob"},
+            ]
+        },
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return GatewayConfig.model_validate(data)
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(config: GatewayConfig) -> AsyncIterator[RunningGateway]:
+    """Start the runtime, its loops and the HTTP server; stop all of it afterwards."""
+    clock = MovableClock()
+    port = free_port()
+    runtime = await GatewayRuntime.start(config, clock=clock)
+    server = _QuietServer(
+        uvicorn.Config(
+            create_app(runtime),
+            host="127.0.0.1",
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+        )
+    )
+    runtime.start_background()
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            serving.result()
+        await asyncio.sleep(0.01)
+    client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10)
+    try:
+        yield RunningGateway(runtime, client, clock)
+    finally:
+        await client.aclose()
+        server.should_exit = True
+        await serving
+        await runtime.close()
