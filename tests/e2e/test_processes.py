@@ -1,0 +1,200 @@
+"""Real `gateway run` processes: two sharing one PostgreSQL database, and one killed mid-turn."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from storage.database import Database
+from storage.models import InboundEvent, OutboundMessage, SessionMessage
+from tests.e2e.harness import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(tmp_path: Path, name: str, port: int, database_url: str, latency: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"""
+server: {{host: 127.0.0.1, port: {port}}}
+storage:
+  database_url: "{database_url}"
+  transcripts: {{backend: local, local_path: "{tmp_path / "transcripts"}"}}
+llm: {{offline_latency: {latency}}}
+organizations: [{{id: acme, name: Acme}}]
+identity:
+  users: [{{id: alice, org: acme, name: Alice}}]
+"""
+    )
+    return path
+
+
+class GatewayProcess:
+    def __init__(self, config: Path, port: int, cwd: Path) -> None:
+        self.config, self.port, self.cwd = config, port, cwd
+        self.url = f"http://127.0.0.1:{port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> GatewayProcess:
+        with (self.cwd / f"gateway-{self.port}.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "run", "--config", str(self.config)],
+                cwd=self.cwd,
+                stdout=log,
+                stderr=log,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log_text()
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise AssertionError(f"gateway on {self.port} did not start:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        return (self.cwd / f"gateway-{self.port}.log").read_text(errors="replace")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[GatewayProcess]]:
+    started: list[GatewayProcess] = []
+    yield started
+    for process in started:
+        process.kill()
+
+
+async def wait_for(condition: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+async def test_two_processes_on_one_database_never_overlap_a_users_turns(
+    tmp_path: Path, fresh_postgres_url: str, processes: list[GatewayProcess]
+) -> None:
+    ports = [free_port(), free_port()]
+    for index, port in enumerate(ports):
+        config = write_config(tmp_path, f"gw{index}", port, fresh_postgres_url, "100ms")
+        processes.append(GatewayProcess(config, port, tmp_path).start())
+    sent = [f"m{index:02d}" for index in range(20)]
+    async with httpx.AsyncClient(timeout=10) as client:
+        for index, message_id in enumerate(sent):
+            target = processes[index % 2].url
+            response = await client.post(
+                f"{target}/web/v1/messages",
+                json={"user": "alice", "text": f"text {message_id}", "message_id": message_id},
+            )
+            assert response.status_code == 202
+
+        async def all_answered() -> bool:
+            feed = await client.get(f"{processes[0].url}/web/v1/messages", params={"user": "alice"})
+            return len(feed.json()["messages"]) >= len(sent)
+
+        await wait_for(all_answered)
+        await asyncio.sleep(0.5)
+        feed = (
+            await client.get(f"{processes[1].url}/web/v1/messages", params={"user": "alice"})
+        ).json()["messages"]
+
+    database = Database(fresh_postgres_url)
+    async with database.session() as db:
+        transcript = list(
+            (await db.execute(select(SessionMessage).order_by(SessionMessage.seq))).scalars()
+        )
+        arrival = list(
+            (await db.execute(select(InboundEvent.message_id).order_by(InboundEvent.id))).scalars()
+        )
+        outbound = list((await db.execute(select(OutboundMessage))).scalars())
+    await database.dispose()
+
+    assert sorted(reply["in_reply_to"] for reply in feed) == sent
+    assert len(outbound) == len(sent)
+    assert len({m.session_id for m in transcript}) == 1
+    assert [m.seq for m in transcript] == list(range(1, 2 * len(sent) + 1))
+    # Turns never overlapped: strictly user, assistant, user, assistant …, each answer
+    # replying to the message just before it, and the user messages in arrival order.
+    assert [m.role for m in transcript] == ["user", "assistant"] * len(sent)
+    for question, answer in zip(transcript[::2], transcript[1::2], strict=True):
+        assert answer.in_reply_to == question.message_id
+    assert [m.message_id for m in transcript[::2]] == arrival
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_turn_killed_midway_is_answered_once_after_restart(
+    tmp_path: Path, processes: list[GatewayProcess], backend: str, request: pytest.FixtureRequest
+) -> None:
+    database_url = (
+        f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
+        if backend == "sqlite"
+        else str(request.getfixturevalue("fresh_postgres_url"))
+    )
+    port = free_port()
+    config = write_config(tmp_path, "gw", port, database_url, "3s")
+    first = GatewayProcess(config, port, tmp_path).start()
+    processes.append(first)
+    database = Database(database_url)
+
+    async def user_message_stored() -> bool:
+        async with database.session() as db:
+            rows = (await db.execute(select(SessionMessage.role))).scalars()
+            return list(rows) == ["user"]
+
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.post(
+            f"{first.url}/web/v1/messages",
+            json={"user": "alice", "text": "survive this", "message_id": "k1"},
+        )
+        assert response.status_code == 202
+        await wait_for(user_message_stored)  # the turn is now waiting on the model
+        first.kill(signal.SIGKILL)
+
+        second = GatewayProcess(config, port, tmp_path).start()
+        processes.append(second)
+
+        async def answered() -> bool:
+            feed = await client.get(f"{second.url}/web/v1/messages", params={"user": "alice"})
+            return len(feed.json()["messages"]) >= 1
+
+        await wait_for(answered)
+        # A retry of the platform after the crash must not produce a second answer.
+        retry = await client.post(
+            f"{second.url}/web/v1/messages",
+            json={"user": "alice", "text": "survive this", "message_id": "k1"},
+        )
+        assert retry.json()["duplicate"] is True
+        await asyncio.sleep(0.5)
+        feed = (await client.get(f"{second.url}/web/v1/messages", params={"user": "alice"})).json()[
+            "messages"
+        ]
+
+    async with database.session() as db:
+        roles = list(
+            (await db.execute(select(SessionMessage.role).order_by(SessionMessage.seq))).scalars()
+        )
+        outbound = list((await db.execute(select(OutboundMessage))).scalars())
+    await database.dispose()
+    assert [reply["in_reply_to"] for reply in feed] == ["k1"]
+    assert roles == ["user", "assistant"]
+    assert len(outbound) == 1
+    assert "survive this" in outbound[0].content
