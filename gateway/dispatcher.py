@@ -94,6 +94,9 @@ class Dispatcher:
 
     async def _user_of(self, sender: str) -> ResolvedUser | None:
         """The sender's user; unknown senders' events are rejected here (None)."""
+        known = await self.identities.known_sender(sender)
+        if known is not None:
+            return known
         async with self.database.session() as db:
             inbox = InboxRepository(db)
             event_ids = await inbox.pending_ids_of_sender(sender)

@@ -10,6 +10,7 @@ domain is on the allow-list.
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 
 from channels.base import ChannelMessage
@@ -109,20 +110,44 @@ def provisioned_user_id(channel_type: str, external_id: str) -> str:
 
 
 class IdentityResolver:
-    """Maps a message's sender to a user, provisioning one where the config allows."""
+    """Maps a message's sender to a user, provisioning one where the config allows.
 
-    def __init__(self, database: Database, config: GatewayConfig) -> None:
+    Known senders are cached for `cache_ttl` seconds: the dispatcher looks them up for every
+    scheduling pass, and identities change rarely (a change shows after at most the TTL).
+    """
+
+    def __init__(
+        self, database: Database, config: GatewayConfig, *, cache_ttl: float = 30.0
+    ) -> None:
         self.database = database
         self.config = config
+        self.cache_ttl = cache_ttl
+        self._cache: dict[str, tuple[float, ResolvedUser]] = {}
+
+    async def known_sender(self, sender_key: str) -> ResolvedUser | None:
+        """The user owning a sender key (`channel:external id`), or None if nobody does."""
+        cached = self._cache.get(sender_key)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        channel, _, external_id = sender_key.partition(":")
+        async with self.database.session() as session:
+            user = await UserRepository(session).find_by_identity(channel, external_id)
+        if user is None:
+            self._cache.pop(sender_key, None)
+            return None
+        resolved = ResolvedUser(user.id, user.org_id, user.display_name, user.provisioned)
+        if len(self._cache) > 100_000:
+            self._cache.clear()
+        self._cache[sender_key] = (time.monotonic() + self.cache_ttl, resolved)
+        return resolved
 
     async def resolve(self, message: ChannelMessage) -> ResolvedUser | None:
         """The sender's user, or None when the sender is unknown and may not be provisioned."""
         channel = message.channel_type.value
         external_id = normalise_identifier(channel, message.user_identifier)
-        async with self.database.session() as session:
-            user = await UserRepository(session).find_by_identity(channel, external_id)
-            if user is not None:
-                return ResolvedUser(user.id, user.org_id, user.display_name, user.provisioned)
+        known = await self.known_sender(f"{channel}:{external_id}")
+        if known is not None:
+            return known
         if not provisioning_allowed(self.config.identity, message):
             return None
         user_id = provisioned_user_id(channel, external_id)

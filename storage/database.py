@@ -38,12 +38,21 @@ def redact_url(url: str | URL) -> str:
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # Foreign keys are off by default in SQLite; WAL lets readers run beside the one writer;
     # busy_timeout makes a second writer wait instead of failing at once.
+    # The driver's own implicit BEGIN is switched off: `_sqlite_begin` issues BEGIN IMMEDIATE.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.close()
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    # A deferred transaction that reads and then writes fails at once with "database is
+    # locked" when another writer got in between (busy_timeout cannot help there). Taking the
+    # write lock at BEGIN makes every transaction wait its turn instead.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def alembic_config() -> AlembicConfig:
@@ -89,6 +98,7 @@ class Database:
         self.engine: AsyncEngine = create_async_engine(parsed, **options)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
 
     @property

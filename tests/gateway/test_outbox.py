@@ -1,0 +1,359 @@
+"""The outbox sender: delivered once, retried on time, given up on cleanly; and the web feed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import select
+
+from channels.base import ChannelType, DeliveryReceipt, OutboundMessage
+from gateway.metrics import GatewayMetrics
+from gateway.outbox import OutboxFeed, OutboxSender, RetryPolicy
+from storage.database import Database
+from storage.errors import DeliveryError
+from storage.models import OutboundMessage as OutboundRow
+from storage.repositories import OutboxRepository
+
+T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class SettableClock:
+    """A clock that stands still until the test moves it."""
+
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class FlakyAdapter:
+    """A channel adapter that raises `failures` (in order) before it delivers; records calls."""
+
+    def __init__(
+        self,
+        channel_type: ChannelType = ChannelType.SLACK,
+        failures: list[DeliveryError] | None = None,
+        *,
+        latency: float = 0.0,
+    ) -> None:
+        self.channel_type = channel_type
+        self.failures = list(failures or [])
+        self.latency = latency
+        self.calls: list[OutboundMessage] = []
+
+    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        self.calls.append(message)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if self.failures:
+            raise self.failures.pop(0)
+        return DeliveryReceipt(platform_message_id=f"platform-{message.message_id}")
+
+
+async def enqueue(
+    database: Database,
+    message_id: str = "out-1",
+    *,
+    channel: ChannelType = ChannelType.SLACK,
+    channel_id: str = "C1",
+    at: datetime = T0,
+    thread_id: str = "",
+    in_reply_to: str | None = "in-1",
+) -> int:
+    async with database.session() as db:
+        row = await OutboxRepository(db).enqueue(
+            message_id=message_id,
+            channel_type=channel.value,
+            channel_id=channel_id,
+            content=f"reply {message_id}",
+            at=at,
+            thread_id=thread_id,
+            in_reply_to=in_reply_to,
+            reply_context={"thread_ts": "1.2"},
+        )
+        return row.id
+
+
+async def stored(database: Database, row_id: int) -> OutboundRow:
+    async with database.session() as db:
+        row = await db.get(OutboundRow, row_id)
+    assert row is not None
+    return row
+
+
+def sender_for(
+    database: Database,
+    adapter: FlakyAdapter,
+    clock: SettableClock,
+    policy: RetryPolicy | None = None,
+) -> OutboxSender:
+    return OutboxSender(
+        database, {adapter.channel_type: adapter}, GatewayMetrics(), clock=clock, policy=policy
+    )
+
+
+async def test_a_reply_is_delivered_once_and_marked_with_the_platform_id(
+    database: Database,
+) -> None:
+    row_id = await enqueue(database, thread_id="t-1")
+    adapter = FlakyAdapter()
+    clock = SettableClock()
+    sender = sender_for(database, adapter, clock)
+
+    assert await sender.send_due() == 1
+    clock.advance(3600)
+    assert await sender.send_due() == 0
+
+    (sent,) = adapter.calls
+    assert (sent.message_id, sent.channel_type, sent.channel_id) == ("out-1", "slack", "C1")
+    assert (sent.thread_id, sent.in_reply_to, sent.content) == ("t-1", "in-1", "reply out-1")
+    assert sent.reply_context == {"thread_ts": "1.2"}
+    row = await stored(database, row_id)
+    assert row.status == "delivered"
+    assert row.platform_message_id == "platform-out-1"
+    assert row.attempts == 1
+    assert row.delivered_at == T0
+    assert row.last_error is None
+    metrics = sender.metrics.render().decode()
+    assert 'gateway_messages_out_total{channel="slack",outcome="delivered"} 1.0' in metrics
+
+
+async def test_retry_after_schedules_the_retry_exactly_then_and_success_marks_it_delivered(
+    database: Database,
+) -> None:
+    row_id = await enqueue(database)
+    adapter = FlakyAdapter(failures=[DeliveryError("rate limited", retry_after=2.5)])
+    clock = SettableClock()
+    sender = sender_for(database, adapter, clock)
+
+    assert await sender.send_due() == 1
+    row = await stored(database, row_id)
+    assert row.status == "pending"
+    assert row.attempts == 1
+    assert row.next_attempt_at == T0 + timedelta(seconds=2.5)
+    assert row.last_error == "rate limited"
+
+    clock.advance(2.4)
+    assert await sender.send_due() == 0
+    assert len(adapter.calls) == 1
+
+    clock.advance(0.1)
+    assert await sender.send_due() == 1
+    row = await stored(database, row_id)
+    assert len(adapter.calls) == 2
+    assert row.status == "delivered"
+    assert row.attempts == 2
+    assert row.platform_message_id == "platform-out-1"
+    assert row.delivered_at == T0 + timedelta(seconds=2.5)
+    assert row.last_error is None
+
+
+def test_backoff_without_retry_after_grows_and_stays_within_half_to_full_ceiling() -> None:
+    policy = RetryPolicy(base_delay=1.0, max_delay=60.0)
+    previous_max = 0.0
+    for attempt in range(1, 12):
+        ceiling = min(60.0, 1.0 * 2 ** (attempt - 1))
+        samples = [policy.delay(attempt, None) for _ in range(200)]
+        assert all(ceiling / 2 <= sample <= ceiling for sample in samples), (attempt, ceiling)
+        if ceiling < 60.0:
+            # Each attempt's range starts where the previous one ended: it only grows.
+            assert min(samples) >= previous_max
+        previous_max = max(samples)
+        assert len(set(samples)) > 1  # jittered, not fixed
+
+
+def test_retry_after_is_taken_as_given_but_capped_and_never_negative() -> None:
+    policy = RetryPolicy(max_delay=300.0)
+    assert policy.delay(1, 2.5) == 2.5
+    assert policy.delay(7, 2.5) == 2.5
+    assert policy.delay(1, 10_000.0) == 300.0
+    assert policy.delay(1, -5.0) == 0.0
+
+
+async def test_a_failure_without_retry_after_is_retried_after_jittered_backoff(
+    database: Database,
+) -> None:
+    row_id = await enqueue(database)
+    adapter = FlakyAdapter(failures=[DeliveryError("503"), DeliveryError("503")])
+    clock = SettableClock()
+    policy = RetryPolicy(base_delay=4.0, max_delay=100.0)
+    sender = sender_for(database, adapter, clock, policy)
+
+    await sender.send_due()
+    first = (await stored(database, row_id)).next_attempt_at
+    assert T0 + timedelta(seconds=2) <= first <= T0 + timedelta(seconds=4)
+
+    clock.now = first
+    await sender.send_due()
+    second = (await stored(database, row_id)).next_attempt_at
+    assert first + timedelta(seconds=4) <= second <= first + timedelta(seconds=8)
+
+
+async def test_a_permanent_error_marks_the_reply_failed_at_once(database: Database) -> None:
+    row_id = await enqueue(database)
+    adapter = FlakyAdapter(failures=[DeliveryError("channel_not_found", permanent=True)])
+    clock = SettableClock()
+    sender = sender_for(database, adapter, clock)
+
+    assert await sender.send_due() == 1
+    clock.advance(86_400)
+    assert await sender.send_due() == 0
+
+    row = await stored(database, row_id)
+    assert len(adapter.calls) == 1
+    assert row.status == "failed"
+    assert row.attempts == 1
+    assert row.last_error == "channel_not_found"
+    assert row.delivered_at is None
+    metrics = sender.metrics.render().decode()
+    assert 'gateway_messages_out_total{channel="slack",outcome="failed"} 1.0' in metrics
+
+
+async def test_a_reply_is_marked_failed_after_max_attempts(database: Database) -> None:
+    row_id = await enqueue(database)
+    adapter = FlakyAdapter(failures=[DeliveryError(f"boom {n}") for n in range(10)])
+    clock = SettableClock()
+    policy = RetryPolicy(max_attempts=3, base_delay=1.0, max_delay=1.0)
+    sender = sender_for(database, adapter, clock, policy)
+
+    for attempt in (1, 2):
+        assert await sender.send_due() == 1
+        row = await stored(database, row_id)
+        assert (row.status, row.attempts) == ("pending", attempt)
+        clock.advance(1.0)
+    assert await sender.send_due() == 1
+    clock.advance(3600)
+    assert await sender.send_due() == 0
+
+    row = await stored(database, row_id)
+    assert len(adapter.calls) == 3
+    assert row.status == "failed"
+    assert row.attempts == 3
+    assert row.last_error == "boom 2"
+
+
+async def test_a_reply_for_a_channel_without_an_adapter_fails_permanently_with_a_reason(
+    database: Database,
+) -> None:
+    row_id = await enqueue(database, channel=ChannelType.TEAMS)
+    adapter = FlakyAdapter(ChannelType.SLACK)
+    clock = SettableClock()
+    sender = sender_for(database, adapter, clock)
+
+    assert await sender.send_due() == 1
+    clock.advance(86_400)
+    assert await sender.send_due() == 0
+
+    row = await stored(database, row_id)
+    assert adapter.calls == []
+    assert row.status == "failed"
+    assert row.attempts == 1
+    assert row.last_error is not None
+    assert "teams" in row.last_error
+    assert "not enabled" in row.last_error
+
+
+async def test_one_failing_reply_does_not_hold_up_the_others(database: Database) -> None:
+    ids = [await enqueue(database, f"out-{n}") for n in range(3)]
+    adapter = FlakyAdapter(failures=[DeliveryError("first one fails", permanent=True)])
+    sender = sender_for(database, adapter, SettableClock())
+
+    assert await sender.send_due() == 3
+    statuses = [(await stored(database, row_id)).status for row_id in ids]
+    assert sorted(statuses) == ["delivered", "delivered", "failed"]
+
+
+@pytest.mark.parametrize("database", ["postgres"], indirect=True)
+async def test_two_senders_on_one_postgres_database_deliver_each_reply_exactly_once(
+    database: Database,
+) -> None:
+    ids = [await enqueue(database, f"out-{n:03}") for n in range(60)]
+    other = Database(database.url.render_as_string(hide_password=False), pool_size=4)
+    adapter = FlakyAdapter(latency=0.005)
+    clock = SettableClock()
+    senders = [sender_for(database, adapter, clock), sender_for(other, adapter, clock)]
+    for sender in senders:
+        sender.poll_interval = 0.02
+    try:
+        tasks = [asyncio.create_task(sender.run()) for sender in senders]
+        async with asyncio.timeout(20):
+            while True:
+                async with database.session() as db:
+                    rows = list((await db.execute(select(OutboundRow))).scalars())
+                if all(row.status == "delivered" for row in rows):
+                    break
+                await asyncio.sleep(0.02)
+        for sender in senders:
+            sender.stop()
+        await asyncio.gather(*tasks)
+    finally:
+        await other.dispose()
+
+    sent = Counter(message.message_id for message in adapter.calls)
+    assert sorted(sent) == [f"out-{n:03}" for n in range(60)]
+    assert set(sent.values()) == {1}
+    assert {row.id for row in rows} == set(ids)
+    assert all(row.attempts == 1 for row in rows)
+
+
+async def test_the_web_feed_gives_the_api_shape_and_strips_the_user_prefix(
+    database: Database,
+) -> None:
+    first = await enqueue(
+        database,
+        "out-a",
+        channel=ChannelType.WEB,
+        channel_id="alice",
+        in_reply_to="alice:m-1",
+        thread_id="t-1",
+    )
+    await enqueue(
+        database, "out-bob", channel=ChannelType.WEB, channel_id="bob", in_reply_to="bob:m-9"
+    )
+    await enqueue(database, "out-slack", channel=ChannelType.SLACK, channel_id="alice")
+    second = await enqueue(
+        database, "out-b", channel=ChannelType.WEB, channel_id="alice", in_reply_to=None
+    )
+    third = await enqueue(
+        database,
+        "out-c",
+        channel=ChannelType.WEB,
+        channel_id="alice",
+        in_reply_to="alice:bob:x",
+        at=T0 + timedelta(seconds=1),
+    )
+    feed = OutboxFeed(database)
+
+    messages, cursor = await feed.replies("alice", after=0, limit=100)
+
+    assert cursor == third
+    assert [m["message_id"] for m in messages] == ["out-a", "out-b", "out-c"]
+    assert messages[0] == {
+        "message_id": "out-a",
+        "role": "assistant",
+        "text": "reply out-a",
+        "session_id": None,
+        "thread_id": "t-1",
+        "in_reply_to": "m-1",
+        "created_at": T0.isoformat(),
+    }
+    assert messages[1]["in_reply_to"] is None
+    assert messages[1]["thread_id"] is None
+    assert messages[2]["in_reply_to"] == "bob:x"  # only the owner's own prefix is stripped
+    assert datetime.fromisoformat(messages[2]["created_at"]) == T0 + timedelta(seconds=1)
+
+    page, page_cursor = await feed.replies("alice", after=0, limit=2)
+    assert [m["message_id"] for m in page] == ["out-a", "out-b"]
+    assert page_cursor == second
+    rest, rest_cursor = await feed.replies("alice", after=page_cursor, limit=2)
+    assert [m["message_id"] for m in rest] == ["out-c"]
+    assert rest_cursor == third
+    assert await feed.replies("alice", after=third, limit=100) == ([], third)
+    assert first < second < third
