@@ -4,20 +4,27 @@ end-to-end completion.
 What it measures, on a gateway started as its own process against a throwaway database:
 
 - `accepted_per_s`: HTTP 202 answers of `POST /web/v1/messages` per second under load, either
-  closed loop (`--concurrency` POSTs in flight) or open loop (`--rate` messages per second);
-- `ack_ms`: time from sending the POST to receiving its 202 (p50/p90/p99/max); in open-loop
+  closed loop (`--concurrency` POSTs in flight) or open loop (`--rate` messages per second,
+  at most `--concurrency` in flight);
+- `ack_ms`: time from sending the POST to receiving its 202 (p50/p90/p99/max). In open-loop
   mode it counts from the moment the message was due, so a gateway that falls behind cannot
-  hide its queue (coordinated omission);
+  hide its queue (coordinated omission); `send_delay_ms_max` is the longest a due message
+  waited for the generator or a free connection;
 - `completion_s` and `replies_per_s`: from the first POST until every accepted message has a
-  reply in `GET /web/v1/messages?user=U&after=CURSOR`. The feed is read once the sending stops
-  (reading it during the load would take CPU from the gateway being measured);
-  `replies_committed_at_load_end` (from `/metrics`) shows how far behind the pipeline was;
+  reply in `GET /web/v1/messages?user=U&after=CURSOR`. The feeds are read once the sending
+  stops, since reading them during the load would take CPU from the gateway being measured;
+  `replies_committed_at_load_end` (from `/metrics`) shows how far behind the replies were;
 - correctness, over every accepted message (warm-up included), from a final full read of each
-  user's feed: `lost` (no reply), `duplicates` (extra replies), `misrouted` (a reply in another
-  user's feed), `unexpected_replies` (replies to no message of this run) and
+  user's feed: `lost` (no reply before `--timeout`), `duplicates` (extra replies), `misrouted`
+  (a reply in another user's feed), `unexpected_replies` (replies to nothing sent here),
+  `replied_after_error` (replies to POSTs that failed: stored, but not acknowledged) and
   `skipped_by_cursor` (replies the incremental cursor never returned);
-- the gateway's CPU time and peak RSS (from /proc), and how busy the whole machine was, since
-  the load generator, PostgreSQL and the gateway share its cores.
+- CPU during the load, in % of one core: the gateway's (from /proc/PID/stat), this program's
+  and the other processes' on the machine (PostgreSQL, anything else running), since they all
+  share the cores; the gateway's peak RSS (VmHWM);
+- `database_work_per_message`: PostgreSQL's statistics for the benchmark's database (sessions
+  opened, commits, rows written and read, active time in ms) from the start of the load until
+  the gateway stopped, divided by the accepted messages.
 
 Run it (PostgreSQL on 127.0.0.1:5432, trust auth; it creates and drops `gateway_bench_*`):
 
@@ -25,8 +32,8 @@ Run it (PostgreSQL on 127.0.0.1:5432, trust auth; it creates and drops `gateway_
     .venv/bin/python bench/routing.py --messages 2000 --rate 500
     .venv/bin/python bench/routing.py --messages 2000 --profile /tmp/gateway.prof
 
-One JSON object goes to stdout, progress to stderr. The exit code is 1 when a message was lost
-or answered twice, 2 when the benchmark could not run.
+One JSON object goes to stdout, progress to stderr. The exit code is 1 when a message was lost,
+answered twice or answered to the wrong user, 2 when the benchmark could not run.
 """
 
 from __future__ import annotations
@@ -41,15 +48,16 @@ import platform
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -61,6 +69,7 @@ from psycopg import sql
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 FEED_PAGE = 500  # the largest `limit` the feed accepts
+FEED_READERS = 8  # feeds read at once while waiting for replies
 GOAL_ACCEPTED_PER_S = 500.0
 GOAL_ACK_P99_MS = 50.0
 
@@ -86,23 +95,27 @@ class BenchSettings:
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    """The answer to one POST."""
+    """The answer to one POST (`error` is the status code or exception when it was no 202)."""
 
     message_id: str
     user: str
     accepted: bool
     duplicate: bool
     latency_s: float
-    send_lag_s: float
+    send_delay_s: float
     error: str | None
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessSample:
-    """CPU and memory figures of one process, read from /proc."""
+    """CPU seconds and peak RSS of one process, read from /proc (None when unreadable).
+
+    `ended_children_cpu_s` is the CPU of its children that ended and were waited for.
+    """
 
     cpu_s: float | None
     peak_rss_mb: float | None
+    ended_children_cpu_s: float = 0.0
 
 
 # --- the throwaway database and the gateway process ---------------------------------------
@@ -116,18 +129,58 @@ def throwaway_database(admin_url: str, *, keep: bool) -> Iterator[str]:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     except psycopg.Error as exc:
-        raise BenchError(f"cannot create the database with {admin_url}: {exc}") from exc
+        raise BenchError(f"cannot create a database with {admin_url}: {exc}") from exc
     try:
         yield name
     finally:
         if keep:
             progress(f"kept database {name}")
         else:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             with psycopg.connect(admin_url, autocommit=True) as admin:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+                admin.execute(drop)
             progress(f"dropped database {name}")
+
+
+DATABASE_COUNTERS = (
+    "sessions",
+    "xact_commit",
+    "xact_rollback",
+    "tup_inserted",
+    "tup_updated",
+    "tup_deleted",
+    "tup_fetched",
+    "active_time",
+)
+COUNTERS_QUERY = sql.SQL("SELECT {} FROM pg_stat_database WHERE datname = %s").format(
+    sql.SQL(", ").join(sql.Identifier(name) for name in DATABASE_COUNTERS)
+)
+
+
+async def read_database_counters(admin_url: str, database: str) -> dict[str, float]:
+    """PostgreSQL's cumulative statistics of `database` (sessions opened, commits, rows …)."""
+    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as admin:
+        row = await (await admin.execute(COUNTERS_QUERY, (database,))).fetchone()
+    return dict(zip(DATABASE_COUNTERS, map(float, row or ()), strict=False))
+
+
+def database_work(
+    before: dict[str, float], admin_url: str, database: str, *, messages: int
+) -> dict[str, float]:
+    """The database's work since `before`, per measured message; call once the gateway stopped.
+
+    Backends report their statistics with a delay (up to 10 s when idle), but always when
+    their connection ends, so only after the gateway closed its pool are the figures complete.
+    """
+    time.sleep(0.5)  # the backends are still exiting
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        row = admin.execute(COUNTERS_QUERY, (database,)).fetchone()
+    after = dict(zip(DATABASE_COUNTERS, map(float, row or ()), strict=False))
+    return {
+        name: round((after[name] - before[name]) / messages, 2)
+        for name in DATABASE_COUNTERS
+        if name in after and name in before
+    }
 
 
 def gateway_database_url(admin_url: str, database: str) -> str:
@@ -167,27 +220,6 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def read_process(pid: int) -> ProcessSample:
-    """User+system CPU seconds (/proc/PID/stat) and peak RSS (VmHWM) of a live process."""
-    cpu_s = peak_rss_mb = None
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-        fields = stat.rsplit(")", 1)[1].split()  # the name may contain spaces and brackets
-        cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
-            if line.startswith("VmHWM:"):
-                peak_rss_mb = int(line.split()[1]) / 1024
-    return ProcessSample(cpu_s=cpu_s, peak_rss_mb=peak_rss_mb)
-
-
-def read_machine_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all cores since boot, from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text(encoding="ascii").split()[1:9]]
-    idle = values[3] + values[4]  # idle + iowait
-    return sum(values) - idle, sum(values)
-
-
 @dataclass
 class GatewayProcess:
     """`python -m gateway run` in a temporary folder, stopped with SIGTERM."""
@@ -201,7 +233,7 @@ class GatewayProcess:
     def start(
         cls, config: Path, *, port: int, workdir: Path, profile: Path | None
     ) -> GatewayProcess:
-        """Start the gateway and wait until `/healthz` answers."""
+        """Start the gateway (under cProfile when `profile`) and wait until `/healthz` answers."""
         command = [sys.executable]
         if profile is not None:
             command += ["-m", "cProfile", "-o", str(profile.resolve())]
@@ -221,16 +253,17 @@ class GatewayProcess:
     def wait_healthy(self, *, timeout: float) -> None:
         """Poll `/healthz`; raise `BenchError` with the log's tail if the gateway never answers."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise BenchError(
-                    f"the gateway exited with {self.process.returncode}\n{self.tail()}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.base_url}/healthz", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(0.1)
-        raise BenchError(f"the gateway did not answer /healthz within {timeout}s\n{self.tail()}")
+        with httpx.Client(base_url=self.base_url, timeout=1.0) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise BenchError(
+                        f"the gateway exited with {self.process.returncode}:\n{self.tail()}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get("/healthz").status_code == 200:
+                        return
+                time.sleep(0.1)
+        raise BenchError(f"the gateway did not answer /healthz within {timeout}s:\n{self.tail()}")
 
     def sample(self) -> ProcessSample:
         """CPU and peak RSS now."""
@@ -244,21 +277,202 @@ class GatewayProcess:
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            progress("the gateway ignored SIGTERM; killing it")
+            progress(f"the gateway ignored SIGTERM for {timeout}s; killing it")
             self.process.kill()
             self.process.wait()
             return None
 
-    def tail(self, lines: int = 20) -> str:
-        """The last lines of the gateway's stderr."""
+    def log_levels(self) -> dict[str, int]:
+        """How many lines the gateway logged, by level (its JSON lines carry `level`)."""
+        levels: Counter[str] = Counter()
+        for line in self.tail(lines=None).splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                entry = None
+            level = entry.get("level") if isinstance(entry, dict) else None
+            levels[str(level) if level else "unparsed"] += 1
+        return dict(levels)
+
+    def tail(self, lines: int | None = 20) -> str:
+        """The last lines of the gateway's stderr (all of it when `lines` is None)."""
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return text if lines is None else "\n".join(text.splitlines()[-lines:])
 
 
-# --- load ---------------------------------------------------------------------------------
+# --- CPU and memory, from /proc -----------------------------------------------------------
+
+
+def read_process(pid: int) -> ProcessSample:
+    """User+system CPU seconds (/proc/PID/stat) and peak RSS (VmHWM) of a live process."""
+    cpu_s = peak_rss_mb = None
+    children_s = 0.0
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces and brackets
+        ticks = os.sysconf("SC_CLK_TCK")
+        cpu_s = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        children_s = (int(fields[13]) + int(fields[14])) / ticks  # cutime + cstime
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("VmHWM:"):
+                peak_rss_mb = int(line.split()[1]) / 1024
+    return ProcessSample(cpu_s, peak_rss_mb, children_s)
+
+
+def cpu_by_process() -> dict[int, float]:
+    """CPU seconds of every process on the machine, with its ended children's.
+
+    The children's share matters for PostgreSQL: backends of short-lived connections end
+    between two snapshots, and their CPU shows in the postmaster that reaped them.
+    """
+    seconds: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            sample = read_process(int(entry.name))
+            if sample.cpu_s is not None:
+                seconds[int(entry.name)] = sample.cpu_s + sample.ended_children_cpu_s
+    return seconds
+
+
+def process_label(pid: int, database: str) -> str | None:
+    """What a process is, briefly (`postgres: this database`, `pytest` …); None for threads."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    argv = [arg for arg in raw.decode(errors="replace").split("\0") if arg]
+    if not argv:
+        return None
+    if argv[0].startswith("postgres:"):  # backends retitle themselves "postgres: … DB host …"
+        return "postgres: this database" if f" {database} " in argv[0] else "postgres: other"
+    name = Path(argv[0].split()[0]).name
+    if name == "postgres":
+        return "postgres: server and ended backends"
+    if name.startswith("python"):
+        if "-m" in argv[1:-1]:
+            return argv[argv.index("-m") + 1]
+        scripts = [arg for arg in argv[1:] if not arg.startswith("-")]
+        return Path(scripts[0]).name if scripts else name
+    return name
+
+
+def other_cpu_pct(
+    before: dict[int, float], after: dict[int, float], *, skip: set[int], database: str, wall: float
+) -> dict[str, float]:
+    """The other processes' CPU between two snapshots, in % of one core, by label (≥ 1 %).
+
+    Approximate: a process that ended in between counts in its parent (whole life) if the
+    parent waited for it, else not at all.
+    """
+    by_label: Counter[str] = Counter()
+    for pid, cpu_s in after.items():
+        label = None if pid in skip else process_label(pid, database)
+        if label is not None:
+            by_label[label] += cpu_s - before.get(pid, 0.0)
+    shares = {label: round(100 * cpu_s / wall, 1) for label, cpu_s in by_label.most_common(8)}
+    return {label: share for label, share in shares.items() if share >= 1.0}
+
+
+def read_machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores since boot, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text(encoding="ascii").split()[1:9]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSnapshot:
+    """Every CPU counter the report compares, taken at one moment."""
+
+    gateway: ProcessSample
+    bench_s: float
+    machine: tuple[int, int]
+    processes: dict[int, float]
+
+    @classmethod
+    def take(cls, gateway: GatewayProcess) -> CpuSnapshot:
+        """The counters now."""
+        return cls(
+            gateway=gateway.sample(),
+            bench_s=time.process_time(),
+            machine=read_machine_ticks(),
+            processes=cpu_by_process(),
+        )
+
+
+def cpu_report(
+    start: CpuSnapshot, end: CpuSnapshot, *, wall: float, gateway_pid: int, database: str
+) -> dict[str, Any]:
+    """CPU use between two snapshots, each process in % of one core."""
+    gateway_s = None
+    if start.gateway.cpu_s is not None and end.gateway.cpu_s is not None:
+        gateway_s = end.gateway.cpu_s - start.gateway.cpu_s
+    busy = end.machine[0] - start.machine[0]
+    ticks = end.machine[1] - start.machine[1]
+    return {
+        "gateway_pct": None if gateway_s is None else round(100 * gateway_s / wall, 1),
+        "bench_pct": round(100 * (end.bench_s - start.bench_s) / wall, 1),
+        "machine_busy_pct_of_all_cores": round(100 * busy / ticks, 1) if ticks else None,
+        "others_pct": other_cpu_pct(
+            start.processes,
+            end.processes,
+            skip={os.getpid(), gateway_pid},
+            database=database,
+            wall=wall,
+        ),
+    }
+
+
+# --- HTTP ---------------------------------------------------------------------------------
+
+
+class Connections:
+    """Keep-alive connections to the gateway, each an `httpx.AsyncClient` handed out whole.
+
+    httpx's own pool scans every connection (with a poll() each) whenever a request starts or
+    ends: with 64 connections that cost the generator more CPU than the gateway spent. A queue
+    of single-connection clients costs nothing per request.
+    """
+
+    def __init__(self, base_url: str, size: int, tls: ssl.SSLContext) -> None:
+        # Plain HTTP on loopback; a shared context spares each client loading the CA bundle.
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        self._clients = [
+            httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30.0, verify=tls)
+            for _ in range(size)
+        ]
+        self._idle: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+        for client in self._clients:
+            self._idle.put_nowait(client)
+
+    async def __aenter__(self) -> Connections:
+        return self
+
+    async def __aexit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        await asyncio.gather(*(client.aclose() for client in self._clients))
+
+    @property
+    def size(self) -> int:
+        """How many connections there are."""
+        return len(self._clients)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A connection of its own for the block (waits while all are busy)."""
+        client = await self._idle.get()
+        try:
+            yield client
+        finally:
+            self._idle.put_nowait(client)
 
 
 async def post_message(
@@ -276,33 +490,36 @@ async def post_message(
         return Ack(message_id, user, False, False, latency, sent - origin, type(exc).__name__)
     latency = time.perf_counter() - origin
     if response.status_code != 202:
-        return Ack(
-            message_id, user, False, False, latency, sent - origin, str(response.status_code)
-        )
+        error = f"HTTP {response.status_code}"
+        return Ack(message_id, user, False, False, latency, sent - origin, error)
     answer = response.json()
     duplicate = bool(answer.get("duplicate")) or answer.get("message_id") != message_id
     return Ack(message_id, user, True, duplicate, latency, sent - origin, None)
 
 
-async def send_closed_loop(
-    client: httpx.AsyncClient, plan: Sequence[tuple[str, str]], concurrency: int
-) -> list[Ack]:
-    """Keep `concurrency` POSTs in flight until the plan is sent."""
+async def send_closed_loop(connections: Connections, plan: Sequence[tuple[str, str]]) -> list[Ack]:
+    """One worker per connection, each sending its next message as soon as one is answered."""
     pending = iter(plan)
     acks: list[Ack] = []
 
     async def worker() -> None:
-        for user, message_id in pending:  # shared iterator: each item goes to one worker
-            acks.append(await post_message(client, user, message_id))
+        async with connections.connection() as client:
+            for user, message_id in pending:  # a shared iterator: each item goes to one worker
+                acks.append(await post_message(client, user, message_id))
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker() for _ in range(connections.size)))
     return acks
 
 
 async def send_open_loop(
-    client: httpx.AsyncClient, plan: Sequence[tuple[str, str]], rate: float
+    connections: Connections, plan: Sequence[tuple[str, str]], rate: float
 ) -> list[Ack]:
     """Start one POST every 1/rate seconds, whether or not earlier ones were answered."""
+
+    async def send(user: str, message_id: str, due: float) -> Ack:
+        async with connections.connection() as client:
+            return await post_message(client, user, message_id, due=due)
+
     start = time.perf_counter()
     tasks: list[asyncio.Task[Ack]] = []
     for index, (user, message_id) in enumerate(plan):
@@ -310,128 +527,139 @@ async def send_open_loop(
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(post_message(client, user, message_id, due=due)))
+        tasks.append(asyncio.create_task(send(user, message_id, due)))
     return list(await asyncio.gather(*tasks))
-
-
-# --- replies ------------------------------------------------------------------------------
-
-
-@dataclass
-class FeedReader:
-    """Follows each user's reply feed with its cursor, noting when each reply was first seen."""
-
-    client: httpx.AsyncClient
-    cursors: dict[str, str] = field(default_factory=dict)
-    seen_at: dict[str, float] = field(default_factory=dict)  # in_reply_to → perf_counter
-
-    async def read_user(self, user: str) -> None:
-        """Read the user's feed from the cursor to its end."""
-        while True:
-            messages, cursor = await read_feed_page(self.client, user, self.cursors.get(user, ""))
-            arrived = time.perf_counter()
-            self.cursors[user] = cursor
-            for message in messages:
-                key = message.get("in_reply_to")
-                if isinstance(key, str):
-                    self.seen_at.setdefault(key, arrived)
-            if len(messages) < FEED_PAGE:
-                return
-
-    async def wait_for(
-        self, expected: dict[str, set[str]], *, deadline: float, label: str
-    ) -> float | None:
-        """Read the feeds of users still missing replies until none is; when the last arrived.
-
-        None when the deadline passed first. Only users with missing replies are read, and
-        passes are spaced out, so the reading takes little from the gateway it waits for.
-        """
-        slots = asyncio.Semaphore(8)
-        total = sum(len(ids) for ids in expected.values())
-        reported = time.monotonic()
-
-        async def read(user: str) -> None:
-            async with slots:
-                await self.read_user(user)
-
-        while True:
-            waiting = [u for u, ids in expected.items() if any(i not in self.seen_at for i in ids)]
-            if not waiting:
-                return max(
-                    (self.seen_at[i] for ids in expected.values() for i in ids), default=None
-                )
-            if time.perf_counter() > deadline:
-                return None
-            await asyncio.gather(*(read(user) for user in waiting))
-            if time.monotonic() - reported > 2.0:
-                done = sum(1 for ids in expected.values() for i in ids if i in self.seen_at)
-                progress(f"{label}: {done}/{total} replies")
-                reported = time.monotonic()
-            await asyncio.sleep(0.2)
 
 
 async def read_feed_page(
     client: httpx.AsyncClient, user: str, after: str
 ) -> tuple[list[dict[str, Any]], str]:
     """One page of a user's reply feed and the cursor after it."""
-    response = await client.get(
-        "/web/v1/messages", params={"user": user, "after": after, "limit": str(FEED_PAGE)}
-    )
+    params = {"user": user, "after": after, "limit": str(FEED_PAGE)}
+    for attempt in range(3):
+        try:
+            response = await client.get("/web/v1/messages", params=params)
+            break
+        except httpx.TransportError:  # a keep-alive connection closed under the request
+            if attempt == 2:
+                raise
     response.raise_for_status()
     page: dict[str, Any] = response.json()
     return list(page["messages"]), str(page["cursor"])
 
 
-@dataclass(frozen=True, slots=True)
-class Audit:
-    """Every accepted message against a full read of every user's feed."""
-
-    replied: frozenset[str]
-    lost: int
-    duplicates: int
-    misrouted: int
-    unexpected: int
-
-
-async def audit_feeds(client: httpx.AsyncClient, sent: dict[str, str]) -> Audit:
-    """Read each feed from the start; `sent` maps each accepted message id to its user."""
-    replies: Counter[str] = Counter()
-    misrouted = unexpected = 0
-    for user in sorted(set(sent.values())):
-        cursor = ""
+async def read_whole_feed(connections: Connections, user: str) -> list[dict[str, Any]]:
+    """Every reply a user has, from the feed's start."""
+    replies: list[dict[str, Any]] = []
+    cursor = ""
+    async with connections.connection() as client:
         while True:
             messages, cursor = await read_feed_page(client, user, cursor)
-            for message in messages:
-                key = message.get("in_reply_to")
-                if not isinstance(key, str) or key not in sent:
-                    unexpected += 1
-                elif sent[key] != user:
-                    misrouted += 1
-                else:
-                    replies[key] += 1
+            replies += messages
             if len(messages) < FEED_PAGE:
-                break
-    lost = sum(1 for message_id in sent if replies[message_id] == 0)
-    duplicates = sum(count - 1 for count in replies.values() if count > 1)
-    return Audit(
-        replied=frozenset(replies),
-        lost=lost,
-        duplicates=duplicates,
-        misrouted=misrouted,
-        unexpected=unexpected,
-    )
+                return replies
 
 
-async def turns_completed(client: httpx.AsyncClient) -> int | None:
-    """Turns the gateway has committed a reply for, from its `/metrics`."""
+async def turns_completed(connections: Connections) -> int | None:
+    """How many turns the gateway has committed a reply for, from its `/metrics`."""
     try:
-        response = await client.get("/metrics")
+        async with connections.connection() as client:
+            response = await client.get("/metrics")
     except httpx.HTTPError:
         return None
     for line in response.text.splitlines():
         if line.startswith("gateway_turn_duration_seconds_count"):
             return int(float(line.split()[-1]))
     return None
+
+
+# --- replies ------------------------------------------------------------------------------
+
+
+@dataclass
+class FeedFollower:
+    """Follows each user's reply feed with its cursor, noting when each reply was first seen."""
+
+    connections: Connections
+    cursors: dict[str, str] = field(default_factory=dict)
+    seen_at: dict[str, float] = field(default_factory=dict)  # in_reply_to → perf_counter()
+
+    async def read(self, user: str) -> None:
+        """Read the user's feed from the cursor to its end."""
+        async with self.connections.connection() as client:
+            while True:
+                messages, cursor = await read_feed_page(client, user, self.cursors.get(user, ""))
+                arrived = time.perf_counter()
+                self.cursors[user] = cursor
+                for message in messages:
+                    key = message.get("in_reply_to")
+                    if isinstance(key, str):
+                        self.seen_at.setdefault(key, arrived)
+                if len(messages) < FEED_PAGE:
+                    return
+
+    async def wait_for(
+        self, expected: dict[str, set[str]], *, deadline: float, label: str
+    ) -> float | None:
+        """Read until every expected reply was seen; when the last one was (None: deadline).
+
+        Only the feeds of users still missing replies are read, in passes 0.2 s apart, so the
+        reading takes little from the gateway it waits for.
+        """
+        total = sum(len(ids) for ids in expected.values())
+        reported = time.monotonic()
+        while True:
+            waiting = [u for u, ids in expected.items() if not ids <= self.seen_at.keys()]
+            if not waiting:
+                seen = [self.seen_at[i] for ids in expected.values() for i in ids]
+                return max(seen, default=time.perf_counter())
+            if time.perf_counter() > deadline:
+                return None
+            await asyncio.gather(*(self.read(user) for user in waiting))
+            if time.monotonic() - reported > 5.0:
+                done = sum(len(ids & self.seen_at.keys()) for ids in expected.values())
+                progress(f"{label}: {done}/{total} replies")
+                reported = time.monotonic()
+            await asyncio.sleep(0.2)
+
+
+@dataclass(frozen=True, slots=True)
+class Audit:
+    """The replies in every user's feed, checked against the messages sent."""
+
+    replied: frozenset[str]
+    lost: int
+    duplicates: int
+    misrouted: int
+    unexpected: int
+    replied_after_error: int
+
+
+async def audit_feeds(connections: Connections, acks: Sequence[Ack]) -> Audit:
+    """Read each user's whole feed: every accepted message must have exactly one reply there."""
+    sender = {ack.message_id: ack.user for ack in acks}
+    users = sorted(set(sender.values()))
+    feeds = await asyncio.gather(*(read_whole_feed(connections, user) for user in users))
+    replies: Counter[str] = Counter()
+    misrouted = unexpected = 0
+    for user, feed in zip(users, feeds, strict=True):
+        for message in feed:
+            key = message.get("in_reply_to")
+            if not isinstance(key, str) or key not in sender:
+                unexpected += 1
+            elif sender[key] != user:
+                misrouted += 1
+            else:
+                replies[key] += 1
+    accepted = {ack.message_id for ack in acks if ack.accepted}
+    return Audit(
+        replied=frozenset(replies),
+        lost=sum(1 for message_id in accepted if replies[message_id] == 0),
+        duplicates=sum(count - 1 for count in replies.values() if count > 1),
+        misrouted=misrouted,
+        unexpected=unexpected,
+        replied_after_error=sum(1 for message_id in replies if message_id not in accepted),
+    )
 
 
 # --- the run ------------------------------------------------------------------------------
@@ -458,75 +686,69 @@ def expected_by_user(acks: Sequence[Ack]) -> dict[str, set[str]]:
     """The accepted message ids, by user."""
     expected: dict[str, set[str]] = {}
     for ack in acks:
-        if ack.accepted and not ack.duplicate:
+        if ack.accepted:
             expected.setdefault(ack.user, set()).add(ack.message_id)
     return expected
 
 
 async def run_load(
-    settings: BenchSettings, gateway: GatewayProcess, users: Sequence[str]
-) -> dict[str, Any]:
-    """Warm up, send the measured load, wait for the replies, audit; the figures."""
+    settings: BenchSettings, gateway: GatewayProcess, users: Sequence[str], database: str
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Warm up, send the measured load, wait for the replies, audit.
+
+    The figures, and the database's counters when the measured load started.
+    """
     run_id = secrets.token_hex(3)
-    pool = max(settings.concurrency, 8)
-    limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
-    timeout = httpx.Timeout(30.0, pool=None)  # waiting for a connection is part of the latency
-    async with httpx.AsyncClient(
-        base_url=gateway.base_url, limits=limits, timeout=timeout
-    ) as client:
-        reader = FeedReader(client)
-        deadline = time.perf_counter() + settings.timeout
-
+    tls = ssl.create_default_context()
+    async with Connections(gateway.base_url, FEED_READERS, tls) as readers:
+        follower = FeedFollower(readers)
         progress(f"warm-up: {settings.warmup} messages")
-        warm = await send_closed_loop(
-            client, plan_messages(f"w{run_id}", settings.warmup, users), settings.concurrency
-        )
-        if (
-            await reader.wait_for(expected_by_user(warm), deadline=deadline, label="warm-up")
-            is None
-        ):
-            progress("warm-up replies incomplete at the deadline; measuring anyway")
-        turns_before = await turns_completed(client)
+        async with Connections(gateway.base_url, settings.concurrency, tls) as warm_connections:
+            warm_plan = plan_messages(f"w{run_id}", settings.warmup, users)
+            warm = await send_closed_loop(warm_connections, warm_plan)
+        deadline = time.perf_counter() + settings.timeout
+        warm_expected = expected_by_user(warm)
+        if await follower.wait_for(warm_expected, deadline=deadline, label="warm-up") is None:
+            progress("the warm-up's replies are incomplete at the deadline; measuring anyway")
+        turns_before = await turns_completed(readers)
 
+        # Fresh connections: the warm-up's idled past uvicorn's 5 s keep-alive while the
+        # replies came, and a request sent just as the server closes one fails.
         plan = plan_messages(f"m{run_id}", settings.messages, users)
         mode = "closed loop" if settings.rate is None else f"open loop at {settings.rate:g}/s"
         progress(f"load: {settings.messages} messages, {len(users)} users, {mode}")
-        gateway_before = gateway.sample()
-        machine_before = read_machine_ticks()
-        bench_before = time.process_time()
-        started = time.perf_counter()
-        if settings.rate is None:
-            acks = await send_closed_loop(client, plan, settings.concurrency)
-        else:
-            acks = await send_open_loop(client, plan, settings.rate)
-        load_end = time.perf_counter()
-        gateway_at_load_end = gateway.sample()
-        machine_at_load_end = read_machine_ticks()
-        bench_at_load_end = time.process_time()
-        turns_at_load_end = await turns_completed(client)
+        counters = await read_database_counters(settings.admin_url, database)
+        async with Connections(gateway.base_url, settings.concurrency, tls) as connections:
+            cpu_start = CpuSnapshot.take(gateway)
+            started = time.perf_counter()
+            if settings.rate is None:
+                acks = await send_closed_loop(connections, plan)
+            else:
+                acks = await send_open_loop(connections, plan, settings.rate)
+            load_s = time.perf_counter() - started
+            cpu_end = CpuSnapshot.take(gateway)
+        turns_at_load_end = await turns_completed(readers)
 
-        accepted = [ack for ack in acks if ack.accepted]
+        progress(f"load sent in {load_s:.2f}s; waiting for the replies")
         expected = expected_by_user(acks)
-        progress(f"load done in {load_end - started:.2f}s; waiting for the replies")
         deadline = time.perf_counter() + settings.timeout
-        last_reply = await reader.wait_for(expected, deadline=deadline, label="replies")
-        gateway_at_completion = gateway.sample()
+        last_reply = await follower.wait_for(expected, deadline=deadline, label="replies")
+        gateway_done = gateway.sample()
 
         await asyncio.sleep(1.0)  # a surplus reply committed just after the last one shows now
-        sent = {ack.message_id: ack.user for ack in [*warm, *acks] if ack.accepted}
-        for user in users:  # the cursors' last word, to compare with the full read below
-            await reader.read_user(user)
-        audit = await audit_feeds(client, sent)
+        await asyncio.gather(*(follower.read(user) for user in users))  # the cursors' last word
+        audit = await audit_feeds(readers, [*warm, *acks])
 
-    load_s = load_end - started
-    completion_s = None if last_reply is None else last_reply - started
-    replied = sum(1 for ids in expected.values() for i in ids if i in reader.seen_at)
-    busy = machine_at_load_end[0] - machine_before[0]
-    ticks = machine_at_load_end[1] - machine_before[1]
+    accepted = [ack for ack in acks if ack.accepted]
+    accepted_per_s = len(accepted) / load_s
     ack_ms = percentiles_ms([ack.latency_s for ack in accepted])
-    accepted_per_s = len(accepted) / load_s if load_s > 0 else 0.0
+    completion_s = None if last_reply is None else last_reply - started
+    replied = sum(len(ids & follower.seen_at.keys()) for ids in expected.values())
     errors = Counter(ack.error for ack in acks if ack.error is not None)
-    return {
+    gateway_cpu_s = None
+    if cpu_start.gateway.cpu_s is not None and gateway_done.cpu_s is not None:
+        gateway_cpu_s = round(gateway_done.cpu_s - cpu_start.gateway.cpu_s, 2)
+    result = {
         "settings": {
             "messages": settings.messages,
             "users": len(users),
@@ -534,15 +756,16 @@ async def run_load(
             "concurrency": settings.concurrency,
             "rate": settings.rate,
             "warmup": settings.warmup,
-            "profiled": settings.profile is not None,
+            "timeout_s": settings.timeout,
+            "gateway_under_cprofile": settings.profile is not None,
         },
         "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
         "accepted": len(accepted),
         "load_s": round(load_s, 3),
         "accepted_per_s": round(accepted_per_s, 1),
         "ack_ms": ack_ms,
-        "ack_measured_from": "send" if settings.rate is None else "schedule",
-        "send_lag_ms_max": round(max((a.send_lag_s for a in acks), default=0.0) * 1000, 2),
+        "ack_measured_from": "send" if settings.rate is None else "due time",
+        "send_delay_ms_max": round(max((a.send_delay_s for a in acks), default=0.0) * 1000, 2),
         "replies_committed_at_load_end": (
             None
             if turns_before is None or turns_at_load_end is None
@@ -550,7 +773,7 @@ async def run_load(
         ),
         "replied": replied,
         "completion_s": None if completion_s is None else round(completion_s, 3),
-        "replies_per_s": (None if not completion_s else round(replied / completion_s, 1)),
+        "replies_per_s": None if not completion_s else round(replied / completion_s, 1),
         "errors": sum(errors.values()),
         "error_kinds": dict(errors),
         "acked_as_duplicate": sum(1 for ack in accepted if ack.duplicate),
@@ -558,13 +781,12 @@ async def run_load(
         "duplicates": audit.duplicates,
         "misrouted": audit.misrouted,
         "unexpected_replies": audit.unexpected,
-        "skipped_by_cursor": len(audit.replied - reader.seen_at.keys()),
-        "gateway_cpu_s": _cpu_delta(gateway_before, gateway_at_completion),
-        "gateway_cpu_pct_of_core_during_load": _percent(
-            _cpu_delta(gateway_before, gateway_at_load_end), load_s
+        "replied_after_error": audit.replied_after_error,
+        "skipped_by_cursor": len(audit.replied - follower.seen_at.keys()),
+        "cpu_during_load_pct_of_one_core": cpu_report(
+            cpu_start, cpu_end, wall=load_s, gateway_pid=gateway.process.pid, database=database
         ),
-        "bench_cpu_pct_of_core_during_load": _percent(bench_at_load_end - bench_before, load_s),
-        "machine_cpu_busy_pct_during_load": round(100 * busy / ticks, 1) if ticks else None,
+        "gateway_cpu_s": gateway_cpu_s,
         "goals": {
             "accepted_per_s": GOAL_ACCEPTED_PER_S,
             "ack_p99_ms": GOAL_ACK_P99_MS,
@@ -573,16 +795,7 @@ async def run_load(
             and ack_ms["p99"] <= GOAL_ACK_P99_MS,
         },
     }
-
-
-def _cpu_delta(before: ProcessSample, after: ProcessSample) -> float | None:
-    if before.cpu_s is None or after.cpu_s is None:
-        return None
-    return round(after.cpu_s - before.cpu_s, 2)
-
-
-def _percent(cpu_s: float | None, wall_s: float) -> float | None:
-    return None if cpu_s is None or wall_s <= 0 else round(100 * cpu_s / wall_s, 1)
+    return result, counters
 
 
 def progress(text: str) -> None:
@@ -592,18 +805,24 @@ def progress(text: str) -> None:
 
 def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
     """The command line."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description="Web-channel ingestion on PostgreSQL: accepted/s, ack latency, replies."
+    )
     parser.add_argument("--messages", type=int, default=5000, help="measured messages (5000)")
     parser.add_argument("--users", type=int, default=100, help="users, round-robin (100)")
     parser.add_argument("--concurrency", type=int, default=64, help="POSTs in flight (64)")
-    parser.add_argument("--rate", type=float, help="open loop: messages per second")
+    parser.add_argument("--rate", type=float, help="open loop at this many messages/s")
     parser.add_argument("--warmup", type=int, default=300, help="uncounted messages first (300)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="wait for replies (300s)")
-    parser.add_argument("--database-url", default=DEFAULT_ADMIN_URL, help="admin database URL")
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds to wait for the replies (600)"
+    )
+    parser.add_argument(
+        "--database-url", default=DEFAULT_ADMIN_URL, help=f"admin URL ({DEFAULT_ADMIN_URL})"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
-    parser.add_argument("--profile", type=Path, help="run the gateway under cProfile, to FILE")
+    parser.add_argument("--profile", type=Path, help="run the gateway under cProfile into FILE")
     args = parser.parse_args(argv)
-    if args.messages < 1 or args.users < 1 or args.concurrency < 1 or args.warmup < 0:
+    if min(args.messages, args.users, args.concurrency) < 1 or args.warmup < 0:
         parser.error("--messages, --users and --concurrency must be positive, --warmup >= 0")
     if args.rate is not None and args.rate <= 0:
         parser.error("--rate must be positive")
@@ -620,14 +839,14 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
     )
 
 
-def _stop_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+def _interrupt_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # unwinds like Ctrl-C: the gateway is stopped, the database dropped
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print the figures as JSON."""
     settings = parse_settings(argv)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     users = user_ids(settings.users)
     try:
         with (
@@ -647,22 +866,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config, port=port, workdir=workdir, profile=settings.profile
             )
             try:
-                result = asyncio.run(run_load(settings, gateway, users))
+                result, counters = asyncio.run(run_load(settings, gateway, users, database))
             finally:
                 exit_code = gateway.stop()
-                if exit_code != 0:
-                    progress(f"gateway exit code {exit_code}\n{gateway.tail()}")
+                log_levels = gateway.log_levels()
+                if exit_code != 0 or {"error", "critical", "unparsed"} & log_levels.keys():
+                    progress(f"gateway exit code {exit_code}; its log ends:\n{gateway.tail()}")
+            result["database_work_per_message"] = database_work(
+                counters, settings.admin_url, database, messages=max(result["accepted"], 1)
+            )
     except BenchError as exc:
         progress(str(exc))
         return 2
     except KeyboardInterrupt:
         progress("interrupted")
         return 130
-    result["gateway_peak_rss_mb"] = (
-        None if gateway.final.peak_rss_mb is None else round(gateway.final.peak_rss_mb, 1)
-    )
+    peak_rss_mb = gateway.final.peak_rss_mb
+    result["gateway_peak_rss_mb"] = None if peak_rss_mb is None else round(peak_rss_mb, 1)
     result["gateway_cpu_s_total"] = gateway.final.cpu_s
     result["gateway_exit_code"] = exit_code
+    result["gateway_log_lines"] = log_levels
     print(json.dumps(result, indent=2))
     return 1 if result["lost"] or result["duplicates"] or result["misrouted"] else 0
 
