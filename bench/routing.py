@@ -19,9 +19,9 @@ What it measures, on a gateway started as its own process against a throwaway da
   (a reply in another user's feed), `unexpected_replies` (replies to nothing sent here),
   `replied_after_error` (replies to POSTs that failed: stored, but not acknowledged) and
   `skipped_by_cursor` (replies the incremental cursor never returned);
-- CPU during the load, in % of one core: the gateway's (from /proc/PID/stat), this program's
-  and the other processes' on the machine (PostgreSQL, anything else running), since they all
-  share the cores; the gateway's peak RSS (VmHWM);
+- CPU during the load, in % of one core: the machine's, the gateway's (/proc/PID/stat), this
+  program's and the other processes' (PostgreSQL, anything else running), since they all
+  share the cores, and what could not be attributed; the gateway's peak RSS (VmHWM);
 - `database_work_per_message`: PostgreSQL's statistics for the benchmark's database (sessions
   opened, commits, rows written and read, active time in ms) from the start of the load until
   the gateway stopped, divided by the accepted messages.
@@ -31,6 +31,7 @@ Run it (PostgreSQL on 127.0.0.1:5432, trust auth; it creates and drops `gateway_
     .venv/bin/python bench/routing.py --messages 5000 --users 100
     .venv/bin/python bench/routing.py --messages 2000 --rate 500
     .venv/bin/python bench/routing.py --messages 2000 --profile /tmp/gateway.prof
+    .venv/bin/python bench/routing.py --messages 2000 --set storage.pool_size=40
 
 One JSON object goes to stdout, progress to stderr. The exit code is 1 when a message was lost,
 answered twice or answered to the wrong user, 2 when the benchmark could not run.
@@ -91,6 +92,7 @@ class BenchSettings:
     admin_url: str
     keep: bool
     profile: Path | None
+    overrides: tuple[tuple[str, object], ...]  # (dotted config key, value) from --set
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +197,16 @@ def user_ids(count: int) -> list[str]:
     return [f"u{number:0{width}d}" for number in range(1, count + 1)]
 
 
-def write_config(folder: Path, *, port: int, database_url: str, users: Sequence[str]) -> Path:
+def write_config(
+    folder: Path,
+    *,
+    port: int,
+    database_url: str,
+    users: Sequence[str],
+    overrides: Sequence[tuple[str, object]] = (),
+) -> Path:
     """A gateway config: PostgreSQL, local transcripts, offline LLM, the open web channel."""
-    config = {
+    config: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": port},
         "logging": {"level": "warning"},
         "storage": {
@@ -208,6 +217,12 @@ def write_config(folder: Path, *, port: int, database_url: str, users: Sequence[
         "identity": {"users": [{"id": user, "org": "acme"} for user in users]},
         "channels": {"web": {"enabled": True, "dev_open": True}},
     }
+    for key, value in overrides:
+        *parents, leaf = key.split(".")
+        section = config
+        for name in parents:
+            section = section.setdefault(name, {})
+        section[leaf] = value
     path = folder / "gateway.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
@@ -413,16 +428,20 @@ def cpu_report(
         gateway_s = end.gateway.cpu_s - start.gateway.cpu_s
     busy = end.machine[0] - start.machine[0]
     ticks = end.machine[1] - start.machine[1]
+    machine_pct = 100 * busy / ticks * (os.cpu_count() or 1) if ticks else 0.0
+    gateway_pct = None if gateway_s is None else round(100 * gateway_s / wall, 1)
+    bench_pct = round(100 * (end.bench_s - start.bench_s) / wall, 1)
+    skip = {os.getpid(), gateway_pid}
+    others = other_cpu_pct(start.processes, end.processes, skip=skip, database=database, wall=wall)
     return {
-        "gateway_pct": None if gateway_s is None else round(100 * gateway_s / wall, 1),
-        "bench_pct": round(100 * (end.bench_s - start.bench_s) / wall, 1),
-        "machine_busy_pct_of_all_cores": round(100 * busy / ticks, 1) if ticks else None,
-        "others_pct": other_cpu_pct(
-            start.processes,
-            end.processes,
-            skip={os.getpid(), gateway_pid},
-            database=database,
-            wall=wall,
+        "machine_busy_pct": round(machine_pct, 1),
+        "gateway_pct": gateway_pct,
+        "bench_pct": bench_pct,
+        "others_pct": others,
+        # Processes that started and ended between the snapshots, unless a parent seen in
+        # both waited for them (other people's test runs, for one), and the kernel's own work.
+        "unattributed_pct": round(
+            machine_pct - (gateway_pct or 0.0) - bench_pct - sum(others.values()), 1
         ),
     }
 
@@ -700,6 +719,7 @@ async def run_load(
     """
     run_id = secrets.token_hex(3)
     tls = ssl.create_default_context()
+    load_average = round(os.getloadavg()[0], 2)
     async with Connections(gateway.base_url, FEED_READERS, tls) as readers:
         follower = FeedFollower(readers)
         progress(f"warm-up: {settings.warmup} messages")
@@ -758,8 +778,13 @@ async def run_load(
             "warmup": settings.warmup,
             "timeout_s": settings.timeout,
             "gateway_under_cprofile": settings.profile is not None,
+            "config_overrides": dict(settings.overrides),
         },
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_1min_at_start": load_average,
+        },
         "accepted": len(accepted),
         "load_s": round(load_s, 3),
         "accepted_per_s": round(accepted_per_s, 1),
@@ -821,7 +846,20 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
     )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--profile", type=Path, help="run the gateway under cProfile into FILE")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a gateway config key, e.g. storage.pool_size=40 (VALUE is YAML)",
+    )
     args = parser.parse_args(argv)
+    overrides = []
+    for item in args.set:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            parser.error(f"--set {item}: expected KEY=VALUE")
+        overrides.append((key, yaml.safe_load(value)))
     if min(args.messages, args.users, args.concurrency) < 1 or args.warmup < 0:
         parser.error("--messages, --users and --concurrency must be positive, --warmup >= 0")
     if args.rate is not None and args.rate <= 0:
@@ -836,6 +874,7 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
         admin_url=args.database_url,
         keep=args.keep,
         profile=args.profile,
+        overrides=tuple(overrides),
     )
 
 
@@ -860,6 +899,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 port=port,
                 database_url=gateway_database_url(settings.admin_url, database),
                 users=users,
+                overrides=settings.overrides,
             )
             progress(f"starting the gateway on port {port} (database {database})")
             gateway = GatewayProcess.start(
@@ -877,6 +917,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     except BenchError as exc:
         progress(str(exc))
+        return 2
+    except httpx.HTTPError as exc:
+        progress(f"the gateway stopped answering: {exc!r}")
         return 2
     except KeyboardInterrupt:
         progress("interrupted")

@@ -1,8 +1,8 @@
 """Background jobs, run by one leader at a time across every gateway process.
 
 Leadership is a lease row in the database, renewed on every run; when the leader dies its
-lease expires and another process takes over. Today's job: archive sessions idle longer than
-`sessions.archive_after`.
+lease expires and another process takes over. The jobs: archive sessions idle longer than
+`sessions.archive_after`, and write the summaries (and memory facts) of archived sessions.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.locks import TurnLocks
 from gateway.log import get_logger
+from sessions.engine import SessionEngine
 from sessions.lifecycle import transition
 from storage.database import Database
 from storage.errors import GatewayError
@@ -42,6 +43,7 @@ class BackgroundJobs:
         self,
         database: Database,
         locks: TurnLocks,
+        engine: SessionEngine,
         *,
         archive_after: timedelta,
         clock: Callable[[], datetime],
@@ -49,6 +51,7 @@ class BackgroundJobs:
     ) -> None:
         self.database = database
         self.locks = locks
+        self.engine = engine
         self.archive_after = archive_after
         self.clock = clock
         # Often enough that a session is archived soon after it passes `archive_after`.
@@ -62,6 +65,7 @@ class BackgroundJobs:
             try:
                 if await self._lead():
                     await self.archive_idle_sessions()
+                    await self.engine.summarise_archived_sessions()
             except (GatewayError, SQLAlchemyError, OSError) as exc:
                 log.error("jobs.failed", error=str(exc).splitlines()[0])
             with suppress(TimeoutError):

@@ -24,6 +24,9 @@ from gateway.outbox import OutboxFeed, OutboxSender
 from gateway.router import RoutingPolicy
 from gateway.settings import GatewayConfig, TranscriptsConfig
 from gateway.turns import TurnProcessor, TurnSettings
+from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
+from sessions.compaction import CompactionPolicy, Compactor
+from sessions.engine import EngineSettings, SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from storage.database import Database
 from storage.models import utcnow
@@ -53,16 +56,61 @@ def open_transcript_store(settings: TranscriptsConfig) -> TranscriptStore:
 
 
 def open_llm(config: GatewayConfig) -> LLMClient:
-    """The language model client the config asks for."""
-    latency = config.llm.offline_latency
-    if config.llm.provider != "offline":
-        log.warning(
-            "llm.provider_unavailable",
-            provider=config.llm.provider,
-            detail="this build answers with the offline provider",
+    """The language model client the config asks for (`auto`: Claude when a key is set)."""
+    llm = config.llm
+    api_key = llm.api_key.get_secret_value()
+    provider = llm.provider
+    if provider == "auto":
+        provider = "anthropic" if api_key else "offline"
+    if provider == "offline":
+        log.warning("llm.offline", detail=OFFLINE_LABEL)
+        latency = llm.offline_latency
+        return OfflineLLM(latency=latency.total_seconds() if latency else 0.0)
+    log.info("llm.configured", provider=provider, model=llm.model, base_url=llm.base_url)
+    return AnthropicLLM(
+        AnthropicSettings(
+            provider=provider,
+            model=llm.model,
+            api_key=api_key,
+            base_url=llm.base_url,
+            timeout_seconds=llm.timeout.total_seconds(),
+            max_retries=llm.max_retries,
+            region=llm.region,
+            project_id=llm.project_id,
         )
-    log.warning("llm.offline", detail=OFFLINE_LABEL)
-    return OfflineLLM(latency=latency.total_seconds() if latency else 0.0)
+    )
+
+
+def open_engine(
+    config: GatewayConfig,
+    database: Database,
+    transcripts: TranscriptStore,
+    llm: LLMClient,
+    clock: Callable[[], datetime],
+) -> SessionEngine:
+    """The session engine with the config's budget, compaction and summary settings."""
+    sessions = config.sessions
+    policy = CompactionPolicy(
+        budget_tokens=sessions.history_budget_tokens,
+        trigger_ratio=sessions.compaction.trigger_ratio,
+        max_messages=sessions.compaction.max_messages,
+        keep_last_messages=sessions.compaction.keep_last_messages,
+        summary_max_tokens=sessions.compaction.summary_max_tokens,
+    )
+    return SessionEngine(
+        database,
+        Compactor(database, transcripts, llm, policy, clock=clock),
+        llm,
+        EngineSettings(
+            system_prompt=config.llm.system_prompt,
+            max_tokens=config.llm.max_tokens,
+            compaction=policy,
+            topic_every_messages=sessions.topic_every_messages,
+            suggest_new_after=sessions.suggest_new_after,
+            summary_min_user_messages=sessions.summary_min_user_messages,
+        ),
+        clock=clock,
+    )
 
 
 @dataclass
@@ -132,16 +180,15 @@ class GatewayRuntime:
         locks = turn_locks_for(database)
         adapters: dict[ChannelType, ChannelAdapter] = {}
         outbox = OutboxSender(database, adapters, metrics, clock=clock)
+        engine = open_engine(config, database, transcripts, open_llm(config), clock)
         processor = TurnProcessor(
             database,
             transcripts,
-            open_llm(config),
+            engine,
             metrics,
             TurnSettings(
                 routing=RoutingPolicy(config.sessions.scope, config.sessions.archive_after),
-                system_prompt=config.llm.system_prompt,
                 history_budget_tokens=config.sessions.history_budget_tokens,
-                max_tokens=config.llm.max_tokens,
             ),
             clock=clock,
             on_reply=outbox.notify,
@@ -172,7 +219,11 @@ class GatewayRuntime:
             )
             adapters[ChannelType.WEB] = web
         jobs = BackgroundJobs(
-            database, locks, archive_after=config.sessions.archive_after, clock=clock
+            database,
+            locks,
+            engine,
+            archive_after=config.sessions.archive_after,
+            clock=clock,
         )
         return cls(
             config=config,

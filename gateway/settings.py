@@ -293,7 +293,8 @@ class StorageConfig(StrictModel):
 class LLMConfig(StrictModel):
     """The language model: ``offline`` answers locally without any network access."""
 
-    provider: Literal["offline", "anthropic", "bedrock", "vertex"] = "offline"
+    # auto: anthropic when an api_key is set, else offline.
+    provider: Literal["auto", "offline", "anthropic", "bedrock", "vertex"] = "auto"
     model: str = "claude-sonnet-4-5"
     api_key: SecretStr = SecretStr("")
     base_url: OptionalStr = None
@@ -301,6 +302,9 @@ class LLMConfig(StrictModel):
     timeout: Duration = timedelta(seconds=60)
     max_retries: int = Field(default=4, ge=0)
     max_tokens: int = Field(default=4096, ge=1)
+    # Bedrock / Vertex: the cloud region, and (Vertex) the project id.
+    region: OptionalStr = None
+    project_id: OptionalStr = None
     # Simulated thinking time of the offline provider (demos, load and crash tests).
     offline_latency: Duration | None = None
 

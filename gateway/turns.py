@@ -12,6 +12,7 @@ A restart repeats only what did not commit: step 1 is skipped when the event has
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -27,14 +28,13 @@ from gateway.identity import ResolvedUser
 from gateway.log import bind_turn_context, clear_turn_context, get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.router import RoutingPolicy, resolve_session
-from sessions.context import HistoryMessage, assemble_request, system_prompt_for
-from sessions.llm import LLMClient, LLMRequest, estimate_tokens
+from sessions.engine import SessionEngine
+from sessions.llm import estimate_tokens
 from storage.database import Database
 from storage.errors import GatewayError, LLMError, StorageError
-from storage.models import InboundEvent, InboundStatus
+from storage.models import InboundEvent, InboundStatus, SessionMessage
 from storage.repositories import (
     InboxRepository,
-    OrganizationRepository,
     OutboxRepository,
     SessionRepository,
 )
@@ -55,7 +55,6 @@ FAILURE_APOLOGY_TEXT = (
 )
 REJECTION_INTERVAL = timedelta(hours=1)
 MAX_ATTEMPTS = 3
-HISTORY_WINDOW = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +62,7 @@ class TurnSettings:
     """The config values a turn depends on."""
 
     routing: RoutingPolicy
-    system_prompt: str
     history_budget_tokens: int
-    max_tokens: int
 
 
 def new_outbound_id() -> str:
@@ -80,7 +77,7 @@ class TurnProcessor:
         self,
         database: Database,
         transcripts: TranscriptStore,
-        llm: LLMClient,
+        engine: SessionEngine,
         metrics: GatewayMetrics,
         settings: TurnSettings,
         *,
@@ -89,7 +86,7 @@ class TurnProcessor:
     ) -> None:
         self.database = database
         self.transcripts = transcripts
-        self.llm = llm
+        self.engine = engine
         self.metrics = metrics
         self.settings = settings
         self.clock = clock
@@ -149,10 +146,9 @@ class TurnProcessor:
             return
         session_id, org_id = await self._append_user_message(event, message, user)
         bind_turn_context(session_id=session_id)
-        request = await self._build_request(session_id, org_id)
-        llm_started = time.perf_counter()
+        started = time.perf_counter()
         try:
-            response = await self.llm.complete(request)
+            outcome = await self.engine.run_turn(session_id, thread_id=message.thread_id)
         except LLMError as exc:
             log.error("llm.failed", error=str(exc))
             await self._finish_with(
@@ -166,34 +162,43 @@ class TurnProcessor:
             )
             return
         finally:
-            self.metrics.llm_latency.labels(self.llm.name).observe(
-                time.perf_counter() - llm_started
+            self.metrics.llm_latency.labels(self.engine.llm.name).observe(
+                time.perf_counter() - started
             )
         now = self.clock()
+        reply_id = new_outbound_id()
         async with self.database.session() as db:
             sessions = SessionRepository(db)
-            reply_id = new_outbound_id()
-            answer = await sessions.append_message(
-                session_id,
-                role="assistant",
-                channel_type=message.channel_type.value,
-                thread_id=message.thread_id,
-                content=response.text,
-                message_id=reply_id,
-                in_reply_to=message.message_id,
-                tokens=response.output_tokens,
-                at=now,
-            )
+            stored = []
+            for position, produced in enumerate(outcome.messages):
+                is_reply = position == len(outcome.messages) - 1
+                stored.append(
+                    await sessions.append_message(
+                        session_id,
+                        role=produced.role,
+                        channel_type=message.channel_type.value,
+                        thread_id=message.thread_id,
+                        content=produced.content,
+                        message_id=reply_id if is_reply else None,
+                        in_reply_to=message.message_id if is_reply else None,
+                        tokens=produced.tokens,
+                        at=now,
+                        metadata={"blocks": list(produced.blocks)}
+                        if not is_reply
+                        or any(block.get("type") != "text" for block in produced.blocks)
+                        else None,
+                    )
+                )
             await sessions.add_usage(
                 session_id,
-                input_tokens=response.input_tokens,
-                output_tokens=response.output_tokens,
-                context_tokens=response.input_tokens,
+                input_tokens=outcome.input_tokens,
+                output_tokens=outcome.output_tokens,
+                context_tokens=outcome.context_tokens,
             )
             await self._enqueue(
                 db,
                 message,
-                response.text,
+                outcome.reply_text,
                 event_id=event.id,
                 user_id=user.user_id,
                 session_id=session_id,
@@ -202,32 +207,28 @@ class TurnProcessor:
             await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
         log.info(
             "turn.answered",
-            seq=answer.seq,
-            input_tokens=response.input_tokens,
-            output_tokens=response.output_tokens,
+            seq=stored[-1].seq,
+            input_tokens=outcome.input_tokens,
+            output_tokens=outcome.output_tokens,
+            compacted=outcome.compacted,
         )
         self.on_reply()
+        user_line = _line(
+            message.message_id,
+            "user",
+            message,
+            content=message.prompt_text(),
+            at=now,
+            tokens=estimate_tokens(message.prompt_text()),
+        )
         await self._append_transcript(
             SessionRef(org_id, user.user_id, session_id),
-            [
-                _line(
-                    message.message_id,
-                    "user",
-                    message,
-                    content=message.prompt_text(),
-                    at=now,
-                    tokens=estimate_tokens(message.prompt_text()),
-                ),
-                _line(
-                    reply_id,
-                    "assistant",
-                    message,
-                    content=response.text,
-                    at=now,
-                    tokens=response.output_tokens,
-                ),
-            ],
+            [user_line, *(_stored_line(row, message) for row in stored)],
         )
+        try:
+            await self.engine.update_topic_if_due(session_id, messages_before=stored[0].seq - 2)
+        except LLMError as exc:
+            log.warning("session.topic_failed", error=str(exc))
 
     async def _append_user_message(
         self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser
@@ -266,31 +267,6 @@ class TurnProcessor:
         event.appended_seq, event.session_id = appended.seq, route.session.id
         log.info("turn.started", session_id=route.session.id, route=route.reason, seq=appended.seq)
         return route.session.id, route.session.org_id
-
-    async def _build_request(self, session_id: str, org_id: str) -> LLMRequest:
-        async with self.database.session() as db:
-            sessions = SessionRepository(db)
-            session = await sessions.get(session_id)
-            if session is None:
-                raise StorageError("session vanished during its turn", key=session_id)
-            after = max(0, session.last_seq - HISTORY_WINDOW)
-            history = await sessions.messages(session_id, after_seq=after)
-            organization = await OrganizationRepository(db).get(org_id)
-        system = system_prompt_for(
-            self.settings.system_prompt,
-            organization.name if organization else org_id,
-            organization.context if organization else "",
-        )
-        return assemble_request(
-            system=system,
-            history=[
-                HistoryMessage(row.role, row.content, row.tokens)  # type: ignore[arg-type]
-                for row in history
-                if row.role in ("user", "assistant")
-            ],
-            budget_tokens=self.settings.history_budget_tokens,
-            max_tokens=self.settings.max_tokens,
-        )
 
     async def _run_command(
         self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser, command: Command
@@ -413,6 +389,18 @@ def _line(
         content=content,
         timestamp=at,
         tokens=tokens,
+    )
+
+
+def _stored_line(row: SessionMessage, message: ChannelMessage) -> TranscriptLine:
+    blocks = row.metadata_json.get("blocks")
+    return _line(
+        row.message_id or f"seq-{row.seq}",
+        row.role,
+        message,
+        content=json.dumps(blocks) if blocks else row.content,
+        at=row.created_at,
+        tokens=row.tokens,
     )
 
 

@@ -72,7 +72,7 @@ class AnthropicLLM:
 
     def __init__(self, settings: AnthropicSettings) -> None:
         self.settings = settings
-        self.name = settings.provider
+        self.name: str = settings.provider
         self._client = _client(settings)
 
     async def complete(self, request: LLMRequest) -> LLMResponse:

@@ -27,10 +27,13 @@ from storage.models import (
     OutboundStatus,
     Session,
     SessionChannel,
+    SessionCompaction,
     SessionMessage,
     SessionStatus,
+    SessionSummary,
     User,
     UserChannelIdentity,
+    UserMemoryFact,
     utcnow,
 )
 
@@ -680,3 +683,122 @@ class LeaseRepository:
         await self.session.execute(
             delete(JobLease).where(JobLease.name == name, JobLease.holder == holder)
         )
+
+
+class CompactionRepository:
+    """Compactions of sessions."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def latest(self, session_id: str) -> SessionCompaction | None:
+        """The session's most recent compaction, or None."""
+        result = await self.session.execute(
+            select(SessionCompaction)
+            .where(SessionCompaction.session_id == session_id)
+            .order_by(SessionCompaction.seq.desc())
+            .limit(1)
+        )
+        return result.scalar_one_or_none()
+
+    async def add(self, row: SessionCompaction) -> None:
+        """Record a finished compaction."""
+        self.session.add(row)
+        await self.session.flush()
+
+    async def for_session(self, session_id: str) -> list[SessionCompaction]:
+        """All compactions of the session, oldest first."""
+        result = await self.session.execute(
+            select(SessionCompaction)
+            .where(SessionCompaction.session_id == session_id)
+            .order_by(SessionCompaction.seq)
+        )
+        return list(result.scalars())
+
+
+class MemoryRepository:
+    """Durable facts about users."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def remember(
+        self,
+        user_id: str,
+        *,
+        fact_key: str,
+        fact: str,
+        category: str,
+        source_session_id: str | None,
+        at: datetime,
+    ) -> bool:
+        """Store a fact unless the user already has one with the same key; True if new."""
+        statement = (
+            _insert(self.session, UserMemoryFact)
+            .values(
+                user_id=user_id,
+                fact_key=fact_key,
+                fact=fact,
+                category=category,
+                source_session_id=source_session_id,
+                created_at=at,
+                updated_at=at,
+            )
+            .on_conflict_do_nothing(index_elements=["user_id", "fact_key"])
+            .returning(UserMemoryFact.id)
+        )
+        result = await self.session.execute(statement)
+        return result.scalar_one_or_none() is not None
+
+    async def facts(self, user_id: str, *, limit: int = 200) -> list[UserMemoryFact]:
+        """The user's facts, newest first."""
+        result = await self.session.execute(
+            select(UserMemoryFact)
+            .where(UserMemoryFact.user_id == user_id)
+            .order_by(UserMemoryFact.created_at.desc(), UserMemoryFact.id.desc())
+            .limit(limit)
+        )
+        return list(result.scalars())
+
+
+class SummaryRepository:
+    """Summaries written when sessions are archived."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def add(self, row: SessionSummary) -> None:
+        """Store a session's summary."""
+        self.session.add(row)
+        await self.session.flush()
+
+    async def recent(
+        self, user_id: str, *, since: datetime, exclude_session_id: str | None, limit: int
+    ) -> list[SessionSummary]:
+        """The user's newest summaries written since `since`, newest first."""
+        statement = select(SessionSummary).where(
+            SessionSummary.user_id == user_id, SessionSummary.created_at >= since
+        )
+        if exclude_session_id is not None:
+            statement = statement.where(SessionSummary.session_id != exclude_session_id)
+        result = await self.session.execute(
+            statement.order_by(SessionSummary.created_at.desc()).limit(limit)
+        )
+        return list(result.scalars())
+
+    async def archived_without_summary(
+        self, *, min_user_messages: int, limit: int = 20
+    ) -> list[Session]:
+        """Archived sessions long enough to summarise that have no summary yet."""
+        summarised = select(SessionSummary.session_id)
+        result = await self.session.execute(
+            select(Session)
+            .where(
+                Session.status == SessionStatus.ARCHIVED.value,
+                Session.user_message_count >= min_user_messages,
+                Session.id.not_in(summarised),
+            )
+            .order_by(Session.archived_at)
+            .limit(limit)
+        )
+        return list(result.scalars())

@@ -122,7 +122,7 @@ def test_no_file_gives_the_embedded_defaults():
     assert config.server.port == 8080
     assert config.storage.database_url == "sqlite+aiosqlite:///./var/gateway.db"
     assert config.storage.transcripts.backend == "local"
-    assert config.llm.provider == "offline"
+    assert config.llm.provider == "auto"
     assert config.channels.web.enabled is True
     assert config.channels.web.dev_open is True
     assert config.sessions.archive_after == timedelta(hours=24)

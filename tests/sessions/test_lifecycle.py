@@ -44,7 +44,9 @@ def pair_id(pair: tuple[SessionStatus, SessionStatus]) -> str:
 
 
 @pytest.mark.parametrize("pair", sorted(EXPECTED_ALLOWED), ids=pair_id)
-def test_an_allowed_transition_changes_the_status(pair: tuple[SessionStatus, SessionStatus]) -> None:
+def test_an_allowed_transition_changes_the_status(
+    pair: tuple[SessionStatus, SessionStatus],
+) -> None:
     current, target = pair
     check_transition(current, target)
     session = session_in(current)

@@ -1,0 +1,367 @@
+"""The session engine: one assistant turn with the right context, and the bookkeeping around it.
+
+`run_turn` assembles the context (compacting first when it has grown past the trigger),
+calls the model, runs any tools it asks for (a tool call and its result always travel
+together), and returns the messages to append and the reply text, with any notice (older
+messages summarised; time for `/new`) as part of that reply. It knows nothing of channels.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from sessions.compaction import CompactionPolicy, Compactor, as_history
+from sessions.context import (
+    AssembledContext,
+    ContextInputs,
+    RecentConversation,
+    assemble,
+    history_text,
+)
+from sessions.llm import (
+    ContentBlock,
+    LLMClient,
+    LLMMessage,
+    LLMRequest,
+    LLMResponse,
+    ToolSpec,
+    estimate_tokens,
+)
+from sessions.memory import RetentionPolicy, SessionSummary, extract_facts, summarise_session
+from storage.database import Database
+from storage.errors import LLMError, StorageError
+from storage.models import SessionSummary as SessionSummaryRow
+from storage.repositories import (
+    CompactionRepository,
+    MemoryRepository,
+    OrganizationRepository,
+    SessionRepository,
+    SummaryRepository,
+)
+
+log = structlog.stdlib.get_logger(__name__)
+
+COMPACTION_NOTICE = "(Older messages of this conversation were summarised to make room.)"
+SUGGEST_NEW_NOTICE = "(This conversation has been going on for a while: send /new to start fresh.)"
+MAX_TOOL_ROUNDS = 5
+MAX_MEMORY_FACTS = 50
+TOPIC_SYSTEM = (
+    "Describe the topic of this conversation. Answer with JSON only: "
+    '{"summary": "<one sentence>", "topics": ["<3 to 5 keywords>"]}'
+)
+
+ToolRunner = Callable[[Mapping[str, Any], str], Awaitable[str]]
+"""Runs a tool for a user: (input, user id) → result text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool the model may call, and the code that runs it."""
+
+    spec: ToolSpec
+    run: ToolRunner
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """The config values the engine works with."""
+
+    system_prompt: str
+    max_tokens: int
+    compaction: CompactionPolicy
+    topic_every_messages: int = 5
+    suggest_new_after: timedelta = timedelta(hours=8)
+    summary_min_user_messages: int = 5
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message the turn produced, to append to the session."""
+
+    role: str
+    content: str
+    tokens: int
+    blocks: tuple[ContentBlock, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """What a turn produced: messages to append (the last one is the reply) and its cost."""
+
+    messages: tuple[NewMessage, ...]
+    reply_text: str
+    input_tokens: int
+    output_tokens: int
+    context_tokens: int
+    compacted: bool
+
+
+class TokenEstimator:
+    """Local token estimates, calibrated by what the API reports it actually counted."""
+
+    def __init__(self) -> None:
+        self.ratio = 1.0
+
+    def estimate(self, raw_estimate: int) -> int:
+        """A calibrated estimate."""
+        return int(raw_estimate * self.ratio)
+
+    def observe(self, raw_estimate: int, actual: int) -> None:
+        """Move the ratio towards the observed one (a slow moving average)."""
+        if raw_estimate > 0 and actual > 0:
+            observed = min(max(actual / raw_estimate, 0.25), 4.0)
+            self.ratio = 0.8 * self.ratio + 0.2 * observed
+
+
+def request_estimate(request: LLMRequest) -> int:
+    """The local estimate of a request's input tokens."""
+    return estimate_tokens(request.system) + sum(
+        estimate_tokens(message.text) for message in request.messages
+    )
+
+
+class SessionEngine:
+    """Runs turns and the session bookkeeping (compaction, topics, summaries, memory)."""
+
+    def __init__(
+        self,
+        database: Database,
+        compactor: Compactor,
+        llm: LLMClient,
+        settings: EngineSettings,
+        *,
+        clock: Callable[[], datetime],
+        tools: tuple[Tool, ...] = (),
+    ) -> None:
+        self.database = database
+        self.compactor = compactor
+        self.llm = llm
+        self.settings = settings
+        self.clock = clock
+        self.tools = {tool.spec.name: tool for tool in tools}
+        self.tokens = TokenEstimator()
+
+    async def run_turn(self, session_id: str, *, thread_id: str = "") -> TurnOutcome:
+        """Answer the session's latest user message; raises `LLMError` if the model fails."""
+        context, since_compaction = await self._assemble(session_id, thread_id)
+        policy = self.settings.compaction
+        compacted = False
+        if policy.needed(self.tokens.estimate(context.history_tokens), since_compaction):
+            compacted = await self.compactor.compact(session_id) is not None
+            if compacted:
+                context, _ = await self._assemble(session_id, thread_id)
+        messages, response, input_tokens, output_tokens = await self._call_with_tools(
+            context.request, session_id
+        )
+        notices = [COMPACTION_NOTICE] if compacted else []
+        if await self._long_running(session_id):
+            notices.append(SUGGEST_NEW_NOTICE)
+        reply = response.text.strip() or "(no answer)"
+        if notices:
+            reply = f"{reply}\n\n" + "\n".join(notices)
+        final = NewMessage("assistant", reply, response.output_tokens, response.blocks)
+        return TurnOutcome(
+            messages=(*messages, final),
+            reply_text=reply,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            context_tokens=response.input_tokens,
+            compacted=compacted,
+        )
+
+    async def _assemble(self, session_id: str, thread_id: str) -> tuple[AssembledContext, int]:
+        now = self.clock()
+        async with self.database.session() as db:
+            sessions = SessionRepository(db)
+            session = await sessions.get(session_id)
+            if session is None:
+                raise StorageError("the session does not exist", key=session_id)
+            latest = await CompactionRepository(db).latest(session_id)
+            after = latest.last_message_seq if latest else 0
+            rows = await sessions.messages(session_id, after_seq=after)
+            organization = await OrganizationRepository(db).get(session.org_id)
+            facts = await MemoryRepository(db).facts(session.user_id, limit=MAX_MEMORY_FACTS)
+            summaries = await SummaryRepository(db).recent(
+                session.user_id,
+                since=self.settings.retention.cutoff(now),
+                exclude_session_id=session_id,
+                limit=self.settings.retention.hot_limit,
+            )
+        hot = self.settings.retention.select(
+            [SessionSummary(s.session_id, s.summary, s.created_at) for s in summaries], now
+        )
+        inputs = ContextInputs(
+            system_prompt=self.settings.system_prompt,
+            org_name=organization.name if organization else session.org_id,
+            org_context=organization.context if organization else "",
+            memory_facts=[fact.fact for fact in reversed(facts)],
+            recent_conversations=[
+                RecentConversation(s.session_id, s.created_at, s.summary) for s in hot
+            ],
+            compaction_summary=latest.summary if latest else None,
+            history=as_history(rows),
+            thread_id=thread_id,
+        )
+        context = assemble(
+            inputs,
+            budget_tokens=self.settings.compaction.budget_tokens,
+            max_tokens=self.settings.max_tokens,
+            tools=tuple(tool.spec for tool in self.tools.values()),
+        )
+        return context, len(rows)
+
+    async def _call_with_tools(
+        self, request: LLMRequest, session_id: str
+    ) -> tuple[list[NewMessage], LLMResponse, int, int]:
+        produced: list[NewMessage] = []
+        input_tokens = output_tokens = 0
+        for _ in range(MAX_TOOL_ROUNDS + 1):
+            raw = request_estimate(request)
+            response = await self.llm.complete(request)
+            self.tokens.observe(raw, response.input_tokens)
+            input_tokens += response.input_tokens
+            output_tokens += response.output_tokens
+            if response.stop_reason != "tool_use" or not response.tool_calls:
+                return produced, response, input_tokens, output_tokens
+            results = [await self._run_tool(call, session_id) for call in response.tool_calls]
+            call_message = NewMessage(
+                "assistant", response.text, response.output_tokens, response.blocks
+            )
+            result_message = NewMessage(
+                "tool",
+                "",
+                sum(estimate_tokens(str(r.get("content"))) for r in results),
+                tuple(results),
+            )
+            produced += [call_message, result_message]
+            request = LLMRequest(
+                system=request.system,
+                messages=(
+                    *request.messages,
+                    LLMMessage("assistant", response.blocks),
+                    LLMMessage("user", tuple(results)),
+                ),
+                max_tokens=request.max_tokens,
+                tools=request.tools,
+            )
+        raise LLMError(f"the model kept calling tools after {MAX_TOOL_ROUNDS} rounds")
+
+    async def _run_tool(self, call: ContentBlock, session_id: str) -> ContentBlock:
+        name = str(call.get("name"))
+        tool = self.tools.get(name)
+        result: ContentBlock = {"type": "tool_result", "tool_use_id": call.get("id")}
+        if tool is None:
+            return {**result, "content": f"unknown tool {name!r}", "is_error": True}
+        async with self.database.session() as db:
+            session = await SessionRepository(db).get(session_id)
+        user_id = session.user_id if session else ""
+        try:
+            output = await tool.run(call.get("input") or {}, user_id)
+        except (ValueError, LookupError, StorageError) as exc:
+            log.warning("tool.failed", tool=name, error=str(exc))
+            return {**result, "content": f"the tool failed: {exc}", "is_error": True}
+        log.info("tool.ran", tool=name)
+        return {**result, "content": output}
+
+    async def _long_running(self, session_id: str) -> bool:
+        async with self.database.session() as db:
+            session = await SessionRepository(db).get(session_id)
+        if session is None:
+            return False
+        return self.clock() - session.created_at > self.settings.suggest_new_after
+
+    async def update_topic_if_due(self, session_id: str, messages_before: int) -> bool:
+        """Refresh the topic summary when the session passed a multiple of
+        `topic_every_messages` with this turn."""
+        every = self.settings.topic_every_messages
+        async with self.database.session() as db:
+            session = await SessionRepository(db).get(session_id)
+            if session is None or session.message_count // every == messages_before // every:
+                return False
+            recent = await SessionRepository(db).messages(
+                session_id, after_seq=max(session.last_seq - 30, 0)
+            )
+        response = await self.llm.complete(
+            LLMRequest(
+                system=TOPIC_SYSTEM,
+                messages=(
+                    LLMMessage(
+                        "user", f"<transcript>\n{history_text(as_history(recent))}\n</transcript>"
+                    ),
+                ),
+                max_tokens=200,
+                purpose="topic",
+            )
+        )
+        summary, topics = parse_topic(response.text)
+        if not summary:
+            return False
+        async with self.database.session() as db:
+            session = await SessionRepository(db).get(session_id)
+            if session is not None:
+                session.topic_summary = summary
+                session.topics = topics
+        log.info("session.topic_updated", session_id=session_id, topics=topics)
+        return True
+
+    async def summarise_archived_sessions(self, *, limit: int = 10) -> int:
+        """Write summaries (and memory facts) for archived sessions that lack one."""
+        async with self.database.session() as db:
+            pending = await SummaryRepository(db).archived_without_summary(
+                min_user_messages=self.settings.summary_min_user_messages, limit=limit
+            )
+        written = 0
+        for session in pending:
+            async with self.database.session() as db:
+                rows = await SessionRepository(db).messages(session.id)
+            transcript = history_text(as_history(rows))
+            summary = await summarise_session(self.llm, transcript)
+            facts = await extract_facts(self.llm, transcript)
+            now = self.clock()
+            async with self.database.session() as db:
+                await SummaryRepository(db).add(
+                    SessionSummaryRow(
+                        session_id=session.id,
+                        user_id=session.user_id,
+                        summary=summary,
+                        topics=list(session.topics),
+                        message_count=session.message_count,
+                        created_at=now,
+                    )
+                )
+                memory = MemoryRepository(db)
+                for fact in facts:
+                    await memory.remember(
+                        session.user_id,
+                        fact_key=fact.key,
+                        fact=fact.fact,
+                        category=fact.category,
+                        source_session_id=session.id,
+                        at=now,
+                    )
+            log.info("session.summarised", session_id=session.id, facts=len(facts))
+            written += 1
+        return written
+
+
+def parse_topic(text: str) -> tuple[str, list[str]]:
+    """The summary sentence and keywords of a topic answer (empty when unparseable)."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return "", []
+    try:
+        data = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return "", []
+    if not isinstance(data, dict):
+        return "", []
+    summary = " ".join(str(data.get("summary", "")).split())[:300]
+    topics = [str(t)[:40] for t in data.get("topics", []) if isinstance(t, str)][:5]
+    return summary, topics
