@@ -338,19 +338,27 @@ def read_process(pid: int) -> ProcessSample:
     return ProcessSample(cpu_s, peak_rss_mb, children_s)
 
 
-def cpu_by_process() -> dict[int, float]:
-    """CPU seconds of every process on the machine, with its ended children's.
+POSTGRES_SERVER = "postgres: server and ended backends"
 
-    The children's share matters for PostgreSQL: backends of short-lived connections end
-    between two snapshots, and their CPU shows in the postmaster that reaped them.
+
+def cpu_by_process(database: str) -> dict[int, tuple[str, float]]:
+    """What each process on the machine is (see `process_label`) and its CPU seconds.
+
+    The PostgreSQL server's figure includes its ended children: the backends of short-lived
+    connections end between two snapshots, and their CPU shows in the postmaster that reaped
+    them. (Other processes' ended children are left out: they may have started long before.)
     """
-    seconds: dict[int, float] = {}
+    processes: dict[int, tuple[str, float]] = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            sample = read_process(int(entry.name))
-            if sample.cpu_s is not None:
-                seconds[int(entry.name)] = sample.cpu_s + sample.ended_children_cpu_s
-    return seconds
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        label = process_label(pid, database)
+        sample = read_process(pid)
+        if label is not None and sample.cpu_s is not None:
+            children_s = sample.ended_children_cpu_s if label == POSTGRES_SERVER else 0.0
+            processes[pid] = (label, sample.cpu_s + children_s)
+    return processes
 
 
 def process_label(pid: int, database: str) -> str | None:
@@ -366,8 +374,10 @@ def process_label(pid: int, database: str) -> str | None:
         return "postgres: this database" if f" {database} " in argv[0] else "postgres: other"
     name = Path(argv[0].split()[0]).name
     if name == "postgres":
-        return "postgres: server and ended backends"
+        return POSTGRES_SERVER
     if name.startswith("python"):
+        if argv[1:2] == ["-c"]:
+            return f"{name} -c"
         if "-m" in argv[1:-1]:
             return argv[argv.index("-m") + 1]
         scripts = [arg for arg in argv[1:] if not arg.startswith("-")]
@@ -375,21 +385,15 @@ def process_label(pid: int, database: str) -> str | None:
     return name
 
 
-def other_cpu_pct(
-    before: dict[int, float], after: dict[int, float], *, skip: set[int], database: str, wall: float
-) -> dict[str, float]:
-    """The other processes' CPU between two snapshots, in % of one core, by label (≥ 1 %).
-
-    Approximate: a process that ended in between counts in its parent (whole life) if the
-    parent waited for it, else not at all.
-    """
+def other_cpu(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], *, skip: set[int]
+) -> Counter[str]:
+    """CPU seconds of the processes alive at `after` (but not `skip`) since `before`, by label."""
     by_label: Counter[str] = Counter()
-    for pid, cpu_s in after.items():
-        label = None if pid in skip else process_label(pid, database)
-        if label is not None:
-            by_label[label] += cpu_s - before.get(pid, 0.0)
-    shares = {label: round(100 * cpu_s / wall, 1) for label, cpu_s in by_label.most_common(8)}
-    return {label: share for label, share in shares.items() if share >= 1.0}
+    for pid, (label, cpu_s) in after.items():
+        if pid not in skip:
+            by_label[label] += cpu_s - before.get(pid, (label, 0.0))[1]
+    return by_label
 
 
 def read_machine_ticks() -> tuple[int, int]:
@@ -406,21 +410,21 @@ class CpuSnapshot:
     gateway: ProcessSample
     bench_s: float
     machine: tuple[int, int]
-    processes: dict[int, float]
+    processes: dict[int, tuple[str, float]]
 
     @classmethod
-    def take(cls, gateway: GatewayProcess) -> CpuSnapshot:
+    def take(cls, gateway: GatewayProcess, database: str) -> CpuSnapshot:
         """The counters now."""
         return cls(
             gateway=gateway.sample(),
             bench_s=time.process_time(),
             machine=read_machine_ticks(),
-            processes=cpu_by_process(),
+            processes=cpu_by_process(database),
         )
 
 
 def cpu_report(
-    start: CpuSnapshot, end: CpuSnapshot, *, wall: float, gateway_pid: int, database: str
+    start: CpuSnapshot, end: CpuSnapshot, *, wall: float, gateway_pid: int
 ) -> dict[str, Any]:
     """CPU use between two snapshots, each process in % of one core."""
     gateway_s = None
@@ -431,17 +435,17 @@ def cpu_report(
     machine_pct = 100 * busy / ticks * (os.cpu_count() or 1) if ticks else 0.0
     gateway_pct = None if gateway_s is None else round(100 * gateway_s / wall, 1)
     bench_pct = round(100 * (end.bench_s - start.bench_s) / wall, 1)
-    skip = {os.getpid(), gateway_pid}
-    others = other_cpu_pct(start.processes, end.processes, skip=skip, database=database, wall=wall)
+    others = other_cpu(start.processes, end.processes, skip={os.getpid(), gateway_pid})
+    others_pct = {label: 100 * cpu_s / wall for label, cpu_s in others.most_common()}
     return {
         "machine_busy_pct": round(machine_pct, 1),
         "gateway_pct": gateway_pct,
         "bench_pct": bench_pct,
-        "others_pct": others,
-        # Processes that started and ended between the snapshots, unless a parent seen in
-        # both waited for them (other people's test runs, for one), and the kernel's own work.
+        "others_pct": {label: round(pct, 1) for label, pct in others_pct.items() if pct >= 1.0},
+        # Processes that started and ended between the snapshots (other people's test runs,
+        # for one; PostgreSQL's ended backends are in the server's figure) and the kernel's.
         "unattributed_pct": round(
-            machine_pct - (gateway_pct or 0.0) - bench_pct - sum(others.values()), 1
+            machine_pct - (gateway_pct or 0.0) - bench_pct - sum(others_pct.values()), 1
         ),
     }
 
@@ -739,14 +743,14 @@ async def run_load(
         progress(f"load: {settings.messages} messages, {len(users)} users, {mode}")
         counters = await read_database_counters(settings.admin_url, database)
         async with Connections(gateway.base_url, settings.concurrency, tls) as connections:
-            cpu_start = CpuSnapshot.take(gateway)
+            cpu_start = CpuSnapshot.take(gateway, database)
             started = time.perf_counter()
             if settings.rate is None:
                 acks = await send_closed_loop(connections, plan)
             else:
                 acks = await send_open_loop(connections, plan, settings.rate)
             load_s = time.perf_counter() - started
-            cpu_end = CpuSnapshot.take(gateway)
+            cpu_end = CpuSnapshot.take(gateway, database)
         turns_at_load_end = await turns_completed(readers)
 
         progress(f"load sent in {load_s:.2f}s; waiting for the replies")
@@ -809,7 +813,7 @@ async def run_load(
         "replied_after_error": audit.replied_after_error,
         "skipped_by_cursor": len(audit.replied - follower.seen_at.keys()),
         "cpu_during_load_pct_of_one_core": cpu_report(
-            cpu_start, cpu_end, wall=load_s, gateway_pid=gateway.process.pid, database=database
+            cpu_start, cpu_end, wall=load_s, gateway_pid=gateway.process.pid
         ),
         "gateway_cpu_s": gateway_cpu_s,
         "goals": {

@@ -119,6 +119,7 @@ class Dispatcher:
                 if held:
                     await self._drain_held(user)
         except (GatewayError, SQLAlchemyError, OSError) as exc:
+            # Typically the database going away; the events stay pending for the next pass.
             log.error("dispatcher.drain_failed", user_id=user.user_id, error=str(exc))
         finally:
             self._draining.discard(user.user_id)

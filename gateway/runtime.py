@@ -254,5 +254,6 @@ class GatewayRuntime:
         self.jobs.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.jobs.engine.llm.close()
         await self.database.dispose()
         log.info("gateway.stopped")

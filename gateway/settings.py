@@ -295,7 +295,7 @@ class LLMConfig(StrictModel):
 
     # auto: anthropic when an api_key is set, else offline.
     provider: Literal["auto", "offline", "anthropic", "bedrock", "vertex"] = "auto"
-    model: str = "claude-sonnet-4-5"
+    model: str = "claude-sonnet-5-5"
     api_key: SecretStr = SecretStr("")
     base_url: OptionalStr = None
     system_prompt: str = "You are a helpful assistant."

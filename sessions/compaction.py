@@ -60,6 +60,17 @@ class CompactionPolicy:
     keep_last_messages: int = 20
     summary_max_tokens: int = 2000
 
+    @property
+    def summary_limit(self) -> int:
+        """Tokens the summary may take: never more than a quarter of the budget."""
+        return max(1, min(self.summary_max_tokens, self.budget_tokens // 4))
+
+    @property
+    def max_kept_tokens(self) -> int:
+        """Tokens the verbatim messages may keep after compaction: half of the trigger level,
+        so that summary and kept messages together leave room for many more turns."""
+        return max(1, int(self.trigger_ratio * self.budget_tokens / 2))
+
     def needed(self, history_tokens: int, messages_since_compaction: int) -> bool:
         """Whether the context has grown past the trigger."""
         return (
@@ -116,13 +127,23 @@ def transcript_lines(rows: Sequence[SessionMessage]) -> list[TranscriptLine]:
     ]
 
 
-def split_point(history: Sequence[HistoryMessage], keep_last: int) -> int:
-    """How many of `history` to compact: all but the last `keep_last`, moved earlier until
-    the kept part starts with a user message (a tool call never loses its result)."""
+def split_point(history: Sequence[HistoryMessage], keep_last: int, max_kept_tokens: int) -> int:
+    """How many of `history` to compact.
+
+    All but the last `keep_last` messages, and fewer kept when those alone would take more
+    than `max_kept_tokens` (else the next turn would be over the trigger again and compaction
+    would repeat every turn). The kept part always starts with a user message, so a tool call
+    is never separated from its result.
+    """
     cut = max(len(history) - keep_last, 0)
-    while 0 < cut < len(history) and history[cut].role != "user":
-        cut -= 1
-    return cut
+    while cut < len(history) - 1 and sum(m.cost for m in history[cut:]) > max_kept_tokens:
+        cut += 1
+    user_starts = [index for index, message in enumerate(history) if message.role == "user"]
+    later = [index for index in user_starts if index >= cut]
+    if later:
+        return later[0]
+    earlier = [index for index in user_starts if index < cut]
+    return earlier[-1] if earlier else 0
 
 
 class Compactor:
@@ -174,7 +195,7 @@ class Compactor:
     ) -> CompactionResult | None:
         since = [r for r in rows if previous is None or r.seq > previous.last_message_seq]
         history = as_history(since)
-        cut = split_point(history, self.policy.keep_last_messages)
+        cut = split_point(history, self.policy.keep_last_messages, self.policy.max_kept_tokens)
         if cut == 0:
             return None
         compacted, kept = history[:cut], history[cut:]
@@ -185,13 +206,13 @@ class Compactor:
         previous_summary = previous.summary if previous else None
         summary_response = await self.llm.complete(
             LLMRequest(
-                system=SUMMARY_SYSTEM.format(limit=self.policy.summary_max_tokens),
+                system=SUMMARY_SYSTEM.format(limit=self.policy.summary_limit),
                 messages=(
                     LLMMessage(
                         "user", transcript_prompt(history_text(compacted), previous_summary)
                     ),
                 ),
-                max_tokens=self.policy.summary_max_tokens,
+                max_tokens=self.policy.summary_limit,
                 purpose="compaction_summary",
             )
         )

@@ -97,6 +97,10 @@ class LLMClient(Protocol):
         """Answer the last user message of `request`; raise `LLMError` when that fails."""
         ...
 
+    async def close(self) -> None:
+        """Release connections (at shutdown)."""
+        ...
+
 
 def estimate_tokens(text: str) -> int:
     """A cheap local token estimate (about four characters a token for English text)."""
@@ -116,6 +120,9 @@ class OfflineLLM:
 
     def __init__(self, *, latency: float = 0.0) -> None:
         self.latency = latency
+
+    async def close(self) -> None:
+        """Nothing to release."""
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Answer `request` according to its purpose."""

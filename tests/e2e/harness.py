@@ -61,16 +61,29 @@ class RunningGateway:
         result: dict[str, Any] = response.json()
         return result
 
+    async def all_replies(self, user: str) -> list[dict[str, Any]]:
+        """Every reply to `user`, following the cursor page by page."""
+        messages: list[dict[str, Any]] = []
+        cursor = ""
+        while True:
+            page = await self.replies(user, cursor)
+            messages.extend(page["messages"])
+            if not page["messages"]:
+                return messages
+            cursor = page["cursor"]
+
     async def wait_for_replies(
-        self, user: str, count: int, *, timeout: float = 15.0
+        self, user: str, count: int, *, timeout: float = 15.0, settle: float = 0.3
     ) -> list[dict[str, Any]]:
-        """Poll the feed until `count` replies arrived (fails on timeout, or on more)."""
+        """Poll the feed until `count` replies arrived; then wait `settle` seconds and fail if
+        more arrived than expected."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
-            messages = (await self.replies(user))["messages"]
+            messages = await self.all_replies(user)
             if len(messages) >= count:
-                await asyncio.sleep(0.3)  # a surplus reply would show up now
-                messages = (await self.replies(user))["messages"]
+                if settle:
+                    await asyncio.sleep(settle)  # a surplus reply would show up now
+                    messages = await self.all_replies(user)
                 assert len(messages) == count, messages
                 return messages
             if asyncio.get_running_loop().time() > deadline:

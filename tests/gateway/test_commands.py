@@ -48,7 +48,7 @@ class Chat:
         message_id = f"{self.user}-{self.count}"
         response = await self.gateway.post(self.user, text, message_id=message_id, **fields)
         assert response.status_code == 202, response.text
-        async with asyncio.timeout(15):
+        async with asyncio.timeout(10):
             while True:
                 feed = await self.gateway.replies(self.user, after=self.cursor)
                 if feed["messages"]:
@@ -60,7 +60,7 @@ class Chat:
         return reply
 
     async def assert_no_more_replies(self) -> None:
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.1)
         assert (await self.gateway.replies(self.user, after=self.cursor))["messages"] == []
 
 
@@ -176,19 +176,19 @@ async def test_new_archives_the_current_session_and_starts_a_new_one(
 
 
 async def test_sessions_lists_only_the_users_own_sessions_and_marks_the_current_one(
-    database_url: str, tmp_path: Path
+    sqlite_gateway: RunningGateway,
 ) -> None:
-    async with running_gateway(gateway_config(database_url, tmp_path)) as gateway:
-        alice, bob = Chat(gateway, "alice"), Chat(gateway, "bob")
-        assert "no sessions yet" in (await alice.say("/sessions"))["text"]
-        old = (await alice.say("first topic"))["session_id"]
-        await alice.say("/new")
-        current = (await alice.say("second topic"))["session_id"]
-        bobs = (await bob.say("bob's topic"))["session_id"]
+    gateway = sqlite_gateway
+    alice, bob = Chat(gateway, "alice"), Chat(gateway, "bob")
+    assert "no sessions yet" in (await alice.say("/sessions"))["text"]
+    old = (await alice.say("first topic"))["session_id"]
+    await alice.say("/new")
+    current = (await alice.say("second topic"))["session_id"]
+    bobs = (await bob.say("bob's topic"))["session_id"]
 
-        listing = await alice.say("/sessions")
-        bob_listing = await bob.say("/sessions")
-        await alice.assert_no_more_replies()
+    listing = await alice.say("/sessions")
+    bob_listing = await bob.say("/sessions")
+    await alice.assert_no_more_replies()
 
     lines = listing["text"].splitlines()
     assert listing["session_id"] == current
@@ -289,9 +289,10 @@ async def test_forget_asks_first_and_confirm_within_five_minutes_deletes_everyth
         assert "no active session" in (await alice.say("/forget"))["text"]
         doomed = (await alice.say("something private"))["session_id"]
         bobs = (await bob.say("bob stays"))["session_id"]
-        assert (session_folder(tmp_path, "alice", doomed) / "transcript.jsonl").exists()
 
         asked = await alice.say("/forget")
+        # Alice's turns run one at a time: the previous one wrote its transcript by now.
+        assert (session_folder(tmp_path, "alice", doomed) / "transcript.jsonl").exists()
         assert asked["session_id"] == doomed
         assert f"permanently deletes session {doomed[:8]} and its 2 messages" in asked["text"]
         assert "/forget confirm" in asked["text"]
@@ -323,22 +324,22 @@ async def test_forget_asks_first_and_confirm_within_five_minutes_deletes_everyth
 
 
 async def test_forget_confirm_after_five_minutes_is_refused(
-    database_url: str, tmp_path: Path
+    sqlite_gateway: RunningGateway, tmp_path: Path
 ) -> None:
-    async with running_gateway(gateway_config(database_url, tmp_path)) as gateway:
-        chat = Chat(gateway, "alice")
-        kept = (await chat.say("keep me"))["session_id"]
-        unasked = await chat.say("/forget confirm")
-        assert "Nothing to confirm" in unasked["text"]
+    gateway = sqlite_gateway
+    chat = Chat(gateway, "alice")
+    kept = (await chat.say("keep me"))["session_id"]
+    unasked = await chat.say("/forget confirm")
+    assert "Nothing to confirm" in unasked["text"]
 
-        await chat.say("/forget")
-        gateway.clock.advance(timedelta(minutes=5, seconds=1))
-        late = await chat.say("/forget confirm")
-        assert "Nothing to confirm" in late["text"]
-        assert "Deleted" not in late["text"]
-        after = await chat.say("still there?")
-        await chat.assert_no_more_replies()
-        sessions = await sessions_of(gateway, "alice")
+    await chat.say("/forget")
+    gateway.clock.advance(timedelta(minutes=5, seconds=1))
+    late = await chat.say("/forget confirm")
+    assert "Nothing to confirm" in late["text"]
+    assert "Deleted" not in late["text"]
+    after = await chat.say("still there?")
+    await chat.assert_no_more_replies()
+    sessions = await sessions_of(gateway, "alice")
 
     assert list(sessions) == [kept]
     assert sessions[kept].status == "active"

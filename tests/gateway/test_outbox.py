@@ -15,7 +15,12 @@ from gateway.outbox import OutboxFeed, OutboxSender, RetryPolicy
 from storage.database import Database
 from storage.errors import DeliveryError
 from storage.models import OutboundMessage as OutboundRow
-from storage.repositories import OutboxRepository
+from storage.repositories import (
+    OrganizationRepository,
+    OutboxRepository,
+    SessionRepository,
+    UserRepository,
+)
 
 T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -357,3 +362,37 @@ async def test_the_web_feed_gives_the_api_shape_and_strips_the_user_prefix(
     assert rest_cursor == third
     assert await feed.replies("alice", after=third, limit=100) == ([], third)
     assert first < second < third
+
+
+async def test_the_feed_cursor_never_skips_a_reply_after_replies_were_deleted(
+    database: Database,
+) -> None:
+    # Deleting a session (`/forget`, retention) deletes its replies; the reply that follows
+    # must still come after every cursor handed out before, or the web client never sees it.
+    async with database.session() as db:
+        await OrganizationRepository(db).upsert("acme", "Acme")
+        await UserRepository(db).upsert("alice", "acme", "Alice")
+        session_id = (await SessionRepository(db).create("alice", "acme", at=T0)).id
+    kept = await enqueue(database, "out-kept", channel=ChannelType.WEB, channel_id="alice")
+    async with database.session() as db:
+        for n in (1, 2):
+            await OutboxRepository(db).enqueue(
+                message_id=f"out-doomed-{n}",
+                channel_type="web",
+                channel_id="alice",
+                content="private",
+                at=T0,
+                user_id="alice",
+                session_id=session_id,
+            )
+    feed = OutboxFeed(database)
+    seen, cursor = await feed.replies("alice", after=0, limit=100)
+    assert [m["message_id"] for m in seen] == ["out-kept", "out-doomed-1", "out-doomed-2"]
+
+    async with database.session() as db:
+        assert await SessionRepository(db).delete(session_id)
+    after_delete = await enqueue(database, "out-next", channel=ChannelType.WEB, channel_id="alice")
+    messages, _ = await feed.replies("alice", after=cursor, limit=100)
+
+    assert after_delete > cursor > kept
+    assert [m["message_id"] for m in messages] == ["out-next"]

@@ -1,0 +1,149 @@
+"""A fake Anthropic Messages API on a loopback port, for the real `anthropic` SDK.
+
+It records every request body; answers by default like a model would (a reply naming the
+last user message; for the engine's bookkeeping calls, the offline provider's extractive
+answers in the requested format); and can be scripted to answer the next requests with HTTP
+errors (429/529/500, with `retry-after`), tool calls, or after a delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sessions.llm import offline_facts, offline_summary, offline_topic
+from tests.e2e.harness import free_port
+
+
+@dataclass
+class Scripted:
+    """One scripted answer: an HTTP error, a tool call, or text; optionally after a delay."""
+
+    status: int = 200
+    error_type: str = "overloaded_error"
+    headers: dict[str, str] = field(default_factory=dict)
+    tool_use: dict[str, Any] | None = None
+    text: str | None = None
+    delay: float = 0.0
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content:
+        if block.get("type") == "text":
+            parts.append(block["text"])
+        elif block.get("type") == "tool_result":
+            parts.append(f"[tool result: {block.get('content')}]")
+    return "\n".join(parts)
+
+
+def default_answer(body: dict[str, Any]) -> str:
+    """What the fake model says when nothing is scripted."""
+    system = body.get("system") or ""
+    if isinstance(system, list):
+        system = " ".join(block.get("text", "") for block in system)
+    last = _text_of(body["messages"][-1]["content"]) if body.get("messages") else ""
+    if system.startswith("Summarise the conversation below"):
+        return offline_summary(last, max_chars=int(body.get("max_tokens", 1000)) * 4)
+    if system.startswith("Summarise this conversation"):
+        return offline_summary(last, max_chars=2000)
+    if system.startswith("Extract durable facts"):
+        return json.dumps(offline_facts(last))
+    if system.startswith("Describe the topic"):
+        return json.dumps(offline_topic(last))
+    return f"Claude here. You said: {last[:200]}"
+
+
+class FakeAnthropicAPI:
+    """The server; use as a context manager. `url` is the SDK's `base_url`."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.requests: list[dict[str, Any]] = []
+        self.script: deque[Scripted] = deque()
+        self.on_request: Callable[[dict[str, Any]], None] | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def replies(self) -> list[dict[str, Any]]:
+        """The recorded requests that were turns (not bookkeeping calls)."""
+        bookkeeping = ("Summarise", "Extract durable facts", "Describe the topic")
+        return [r for r in self.requests if not str(r.get("system", "")).startswith(bookkeeping)]
+
+    async def _messages(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        if self.on_request is not None:
+            self.on_request(body)
+        scripted = self.script.popleft() if self.script else Scripted()
+        if scripted.delay:
+            await asyncio.sleep(scripted.delay)
+        if scripted.status != 200:
+            return JSONResponse(
+                {"type": "error", "error": {"type": scripted.error_type, "message": "scripted"}},
+                status_code=scripted.status,
+                headers=scripted.headers,
+            )
+        content: list[dict[str, Any]]
+        stop_reason = "end_turn"
+        if scripted.tool_use is not None:
+            content = [
+                {"type": "text", "text": "Let me check."},
+                {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:12]}", **scripted.tool_use},
+            ]
+            stop_reason = "tool_use"
+        else:
+            content = [{"type": "text", "text": scripted.text or default_answer(body)}]
+        prompt_chars = len(json.dumps(body.get("messages"))) + len(str(body.get("system")))
+        return JSONResponse(
+            {
+                "id": f"msg_{uuid.uuid4().hex[:16]}",
+                "type": "message",
+                "role": "assistant",
+                "model": body.get("model", "claude-test"),
+                "content": content,
+                "stop_reason": stop_reason,
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": prompt_chars // 4,
+                    "output_tokens": len(json.dumps(content)) // 4,
+                },
+            }
+        )
+
+    def __enter__(self) -> FakeAnthropicAPI:
+        app = Starlette(routes=[Route("/v1/messages", self._messages, methods=["POST"])])
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off")
+        )
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the fake Anthropic API did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
