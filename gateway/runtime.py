@@ -123,6 +123,7 @@ class GatewayRuntime:
     metrics: GatewayMetrics
     clock: Callable[[], datetime]
     inbox: Inbox
+    engine: SessionEngine
     dispatcher: Dispatcher
     outbox: OutboxSender
     jobs: BackgroundJobs
@@ -232,6 +233,7 @@ class GatewayRuntime:
             metrics=metrics,
             clock=clock,
             inbox=inbox,
+            engine=engine,
             dispatcher=dispatcher,
             outbox=outbox,
             jobs=jobs,
@@ -254,6 +256,6 @@ class GatewayRuntime:
         self.jobs.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.jobs.engine.llm.close()
+        await self.engine.llm.close()
         await self.database.dispose()
         log.info("gateway.stopped")

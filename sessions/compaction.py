@@ -139,10 +139,12 @@ def split_point(history: Sequence[HistoryMessage], keep_last: int, max_kept_toke
     while cut < len(history) - 1 and sum(m.cost for m in history[cut:]) > max_kept_tokens:
         cut += 1
     user_starts = [index for index, message in enumerate(history) if message.role == "user"]
+    earlier = [index for index in user_starts if 0 < index <= cut]
+    if earlier and sum(m.cost for m in history[earlier[-1] :]) <= max_kept_tokens:
+        return earlier[-1]  # keep a little more rather than start on an answer
     later = [index for index in user_starts if index >= cut]
     if later:
         return later[0]
-    earlier = [index for index in user_starts if index < cut]
     return earlier[-1] if earlier else 0
 
 

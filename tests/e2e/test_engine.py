@@ -14,7 +14,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 from sqlalchemy import select
 
-from sessions.engine import COMPACTION_NOTICE, SUGGEST_NEW_NOTICE
+from sessions.engine import COMPACTION_NOTICE, SUGGEST_NEW_NOTICE, Tool
+from sessions.llm import ToolSpec
 from storage.models import InboundEvent, Session, SessionCompaction, SessionMessage, UserMemoryFact
 from tests.e2e.harness import RunningGateway, free_port, gateway_config, running_gateway
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
@@ -197,7 +198,7 @@ async def test_an_archived_sessions_summary_is_in_the_next_sessions_context(
         for n, topic in enumerate(topics * 2, start=1):
             await say(gateway, f"Let us talk about {topic}. I will send it Friday.", n)
         await say(gateway, "/new", 7)
-        assert await gateway.runtime.jobs.engine.summarise_archived_sessions() == 1
+        assert await gateway.runtime.engine.summarise_archived_sessions() == 1
         await say(gateway, "What did we discuss last time?", 8)
     system = fake_api.replies[-1]["system"]
     assert "Recent conversations:" in system
@@ -262,3 +263,51 @@ async def test_the_topic_is_tracked_every_five_messages(
     assert session.topic_summary.startswith("Planning the quarterly budget review")
     assert "budget" in session.topics
     assert 3 <= len(session.topics) <= 5
+
+
+async def test_a_tool_call_and_its_result_are_stored_and_sent_back_exactly(
+    database_url: str, tmp_path: Path, fake_api: FakeAnthropicAPI
+) -> None:
+    calls: list[tuple[dict[str, Any], str]] = []
+
+    async def lookup(arguments: Any, user_id: str) -> str:
+        calls.append((dict(arguments), user_id))
+        return "Acme renewal is due on 1 March."
+
+    tool = Tool(
+        ToolSpec(
+            "lookup_account",
+            "Look up an account.",
+            {"type": "object", "properties": {"name": {"type": "string"}}},
+        ),
+        lookup,
+    )
+    async with running_gateway(engine_config(database_url, tmp_path, fake_api)) as gateway:
+        gateway.runtime.engine.tools = {"lookup_account": tool}
+        fake_api.script.append(
+            Scripted(tool_use={"name": "lookup_account", "input": {"name": "Acme"}})
+        )
+        reply = await say(gateway, "When is the Acme renewal?", 1)
+        await say(gateway, "Thanks!", 2)
+        async with gateway.runtime.database.session() as db:
+            stored = list(
+                (await db.execute(select(SessionMessage).order_by(SessionMessage.seq))).scalars()
+            )
+    assert calls == [({"name": "Acme"}, "alice")]
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"] * 1 + [
+        "user",
+        "assistant",
+    ]
+    tool_use = stored[1].metadata_json["blocks"][1]
+    tool_result = stored[2].metadata_json["blocks"][0]
+    assert tool_use["type"] == "tool_use"
+    assert tool_result == {
+        "type": "tool_result",
+        "tool_use_id": tool_use["id"],
+        "content": "Acme renewal is due on 1 March.",
+    }
+    assert reply["text"].startswith("Claude here.")
+    second_turn = fake_api.replies[-1]["messages"]
+    assert second_turn[1] == {"role": "assistant", "content": stored[1].metadata_json["blocks"]}
+    assert second_turn[2] == {"role": "user", "content": [tool_result]}
+    assert second_turn[1]["content"][1]["input"] == {"name": "Acme"}
