@@ -12,8 +12,9 @@ What it measures, on a gateway started as its own process against a throwaway da
   waited for the generator or a free connection;
 - `completion_s` and `replies_per_s`: from the first POST until every accepted message has a
   reply in `GET /web/v1/messages?user=U&after=CURSOR`. The feeds are read once the sending
-  stops, since reading them during the load would take CPU from the gateway being measured;
-  `replies_committed_at_load_end` (from `/metrics`) shows how far behind the replies were;
+  stops, and sparingly (see `FeedFollower.wait_for`), since reading them takes CPU from the
+  gateway being measured; `replies_committed_at_load_end` (turns finished by then, from
+  `/metrics`) shows how far behind the replies were;
 - correctness, over every accepted message (warm-up included), from a final full read of each
   user's feed: `lost` (no reply before `--timeout`), `duplicates` (extra replies), `misrouted`
   (a reply in another user's feed), `unexpected_replies` (replies to nothing sent here),
@@ -23,8 +24,9 @@ What it measures, on a gateway started as its own process against a throwaway da
   program's and the other processes' (PostgreSQL, anything else running), since they all
   share the cores, and what could not be attributed; the gateway's peak RSS (VmHWM);
 - `database_work_per_message`: PostgreSQL's statistics for the benchmark's database (sessions
-  opened, commits, rows written and read, active time in ms) from the start of the load until
-  the gateway stopped, divided by the accepted messages.
+  opened, commits, rows fetched, time spent executing statements, and scans and rows read and
+  written by table) from the start of the load until the gateway stopped, divided by the
+  accepted messages.
 
 Run it (PostgreSQL on 127.0.0.1:5432, trust auth; it creates and drops `gateway_bench_*`):
 
@@ -144,51 +146,58 @@ def throwaway_database(admin_url: str, *, keep: bool) -> Iterator[str]:
             progress(f"dropped database {name}")
 
 
-DATABASE_COUNTERS = (
-    "sessions",
-    "xact_commit",
-    "xact_rollback",
-    "tup_inserted",
-    "tup_updated",
-    "tup_deleted",
-    "tup_fetched",
-    "active_time",
-)
-COUNTERS_QUERY = sql.SQL("SELECT {} FROM pg_stat_database WHERE datname = %s").format(
-    sql.SQL(", ").join(sql.Identifier(name) for name in DATABASE_COUNTERS)
-)
+DATABASE_QUERY = """
+    SELECT sessions, xact_commit, xact_rollback, tup_fetched, active_time
+    FROM pg_stat_database WHERE datname = current_database()
+"""
+TABLES_QUERY = """
+    SELECT relname, seq_scan + coalesce(idx_scan, 0),
+           seq_tup_read + coalesce(idx_tup_fetch, 0), n_tup_ins + n_tup_upd + n_tup_del
+    FROM pg_stat_user_tables
+"""
 
 
-async def read_database_counters(admin_url: str, database: str) -> dict[str, float]:
-    """PostgreSQL's cumulative statistics of `database` (sessions opened, commits, rows …)."""
-    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as admin:
-        row = await (await admin.execute(COUNTERS_QUERY, (database,))).fetchone()
-    return dict(zip(DATABASE_COUNTERS, map(float, row or ()), strict=False))
+def read_database_counters(url: str) -> dict[str, float]:
+    """PostgreSQL's cumulative statistics of the database at `url`, flattened.
+
+    Backends report their statistics with a delay (up to 10 s when idle), but always when
+    their connection ends: the figures are complete only once the gateway closed its pool.
+    """
+    with psycopg.connect(url, autocommit=True) as connection:
+        row = connection.execute(DATABASE_QUERY).fetchone() or (0, 0, 0, 0, 0)
+        tables = connection.execute(TABLES_QUERY).fetchall()
+    names = ("sessions_opened", "commits", "rollbacks", "rows_fetched", "active_ms")
+    counters = {name: float(value) for name, value in zip(names, row, strict=True)}
+    for table, scans, rows_read, rows_written in tables:
+        counters[f"{table}.scans"] = float(scans)
+        counters[f"{table}.rows_read"] = float(rows_read)
+        counters[f"{table}.rows_written"] = float(rows_written)
+    return counters
 
 
 def database_work(
-    before: dict[str, float], admin_url: str, database: str, *, messages: int
-) -> dict[str, float]:
-    """The database's work since `before`, per measured message; call once the gateway stopped.
-
-    Backends report their statistics with a delay (up to 10 s when idle), but always when
-    their connection ends, so only after the gateway closed its pool are the figures complete.
-    """
-    time.sleep(0.5)  # the backends are still exiting
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        row = admin.execute(COUNTERS_QUERY, (database,)).fetchone()
-    after = dict(zip(DATABASE_COUNTERS, map(float, row or ()), strict=False))
-    return {
-        name: round((after[name] - before[name]) / messages, 2)
-        for name in DATABASE_COUNTERS
-        if name in after and name in before
+    before: dict[str, float], after: dict[str, float], *, messages: int
+) -> dict[str, Any]:
+    """The database's work between two readings, per message; the busiest tables by scans."""
+    per_message = {
+        name: round((value - before.get(name, 0.0)) / messages, 2) for name, value in after.items()
     }
+    work: dict[str, Any] = {name: value for name, value in per_message.items() if "." not in name}
+    tables: dict[str, dict[str, float]] = {}
+    for name, value in per_message.items():
+        if "." in name:
+            table, counter = name.split(".", 1)
+            tables.setdefault(table, {})[counter] = value
+    busiest = sorted(tables.items(), key=lambda item: -item[1].get("scans", 0.0))
+    work["tables"] = {table: counters for table, counters in busiest if counters["scans"] >= 0.1}
+    return work
 
 
-def gateway_database_url(admin_url: str, database: str) -> str:
-    """The admin URL pointed at `database`, with the async driver the gateway uses."""
+def database_url(admin_url: str, database: str, *, driver: str = "") -> str:
+    """The admin URL pointed at `database` (with `+driver` for SQLAlchemy)."""
     parts = urlsplit(admin_url)
-    return urlunsplit(parts._replace(scheme="postgresql+psycopg", path=f"/{database}"))
+    scheme = f"postgresql+{driver}" if driver else "postgresql"
+    return urlunsplit(parts._replace(scheme=scheme, path=f"/{database}"))
 
 
 def user_ids(count: int) -> list[str]:
@@ -622,28 +631,39 @@ class FeedFollower:
                     return
 
     async def wait_for(
-        self, expected: dict[str, set[str]], *, deadline: float, label: str
+        self, expected: dict[str, set[str]], *, turns_target: int | None, deadline: float
     ) -> float | None:
         """Read until every expected reply was seen; when the last one was (None: deadline).
 
-        Only the feeds of users still missing replies are read, in passes 0.2 s apart, so the
-        reading takes little from the gateway it waits for.
+        Reading every feed in a loop would take the gateway's CPU from the turns being waited
+        for, so the feeds are read every 5 s, and then every second from the moment the
+        gateway's `/metrics` count `turns_target` finished turns; the count only says when to
+        look, the feeds alone say what was answered.
         """
         total = sum(len(ids) for ids in expected.values())
-        reported = time.monotonic()
+        last_pass = reported = time.perf_counter()
+        turns_reached = False
         while True:
             waiting = [u for u, ids in expected.items() if not ids <= self.seen_at.keys()]
             if not waiting:
                 seen = [self.seen_at[i] for ids in expected.values() for i in ids]
                 return max(seen, default=time.perf_counter())
-            if time.perf_counter() > deadline:
+            now = time.perf_counter()
+            if now > deadline:
                 return None
-            await asyncio.gather(*(self.read(user) for user in waiting))
-            if time.monotonic() - reported > 5.0:
+            turns = await turns_completed(self.connections)
+            due = last_pass + (1.0 if turns_reached else 5.0)
+            if turns_target is None or (turns is not None and turns >= turns_target):
+                due = now if not turns_reached else due
+                turns_reached = True
+            if now >= due:
+                await asyncio.gather(*(self.read(user) for user in waiting))
+                last_pass = time.perf_counter()
+            if now - reported > 10.0:
                 done = sum(len(ids & self.seen_at.keys()) for ids in expected.values())
-                progress(f"{label}: {done}/{total} replies")
-                reported = time.monotonic()
-            await asyncio.sleep(0.2)
+                progress(f"{done}/{total} replies seen, {turns} turns finished in all")
+                reported = now
+            await asyncio.sleep(0.25)
 
 
 @dataclass(frozen=True, slots=True)
@@ -700,6 +720,11 @@ def percentiles_ms(latencies: Sequence[float]) -> dict[str, float | None]:
     return {"p50": rank(0.50), "p90": rank(0.90), "p99": rank(0.99), "max": rank(1.0)}
 
 
+def _turns_target(turns_before: int | None, acks: Sequence[Ack]) -> int | None:
+    """The gateway's finished-turns count once each accepted message had its turn."""
+    return None if turns_before is None else turns_before + sum(1 for a in acks if a.accepted)
+
+
 def plan_messages(prefix: str, count: int, users: Sequence[str]) -> list[tuple[str, str]]:
     """(user, message id) pairs, round-robin over the users."""
     return [(users[n % len(users)], f"{prefix}-{n:06d}") for n in range(count)]
@@ -722,17 +747,23 @@ async def run_load(
     The figures, and the database's counters when the measured load started.
     """
     run_id = secrets.token_hex(3)
+    benchmark_database_url = database_url(settings.admin_url, database)
     tls = ssl.create_default_context()
     load_average = round(os.getloadavg()[0], 2)
     async with Connections(gateway.base_url, FEED_READERS, tls) as readers:
         follower = FeedFollower(readers)
         progress(f"warm-up: {settings.warmup} messages")
+        turns_before_warmup = await turns_completed(readers)
         async with Connections(gateway.base_url, settings.concurrency, tls) as warm_connections:
             warm_plan = plan_messages(f"w{run_id}", settings.warmup, users)
             warm = await send_closed_loop(warm_connections, warm_plan)
         deadline = time.perf_counter() + settings.timeout
         warm_expected = expected_by_user(warm)
-        if await follower.wait_for(warm_expected, deadline=deadline, label="warm-up") is None:
+        warm_target = _turns_target(turns_before_warmup, warm)
+        if (
+            await follower.wait_for(warm_expected, turns_target=warm_target, deadline=deadline)
+            is None
+        ):
             progress("the warm-up's replies are incomplete at the deadline; measuring anyway")
         turns_before = await turns_completed(readers)
 
@@ -741,7 +772,7 @@ async def run_load(
         plan = plan_messages(f"m{run_id}", settings.messages, users)
         mode = "closed loop" if settings.rate is None else f"open loop at {settings.rate:g}/s"
         progress(f"load: {settings.messages} messages, {len(users)} users, {mode}")
-        counters = await read_database_counters(settings.admin_url, database)
+        counters = await asyncio.to_thread(read_database_counters, benchmark_database_url)
         async with Connections(gateway.base_url, settings.concurrency, tls) as connections:
             cpu_start = CpuSnapshot.take(gateway, database)
             started = time.perf_counter()
@@ -756,7 +787,8 @@ async def run_load(
         progress(f"load sent in {load_s:.2f}s; waiting for the replies")
         expected = expected_by_user(acks)
         deadline = time.perf_counter() + settings.timeout
-        last_reply = await follower.wait_for(expected, deadline=deadline, label="replies")
+        target = _turns_target(turns_before, acks)
+        last_reply = await follower.wait_for(expected, turns_target=target, deadline=deadline)
         gateway_done = gateway.sample()
 
         await asyncio.sleep(1.0)  # a surplus reply committed just after the last one shows now
@@ -901,7 +933,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = write_config(
                 workdir,
                 port=port,
-                database_url=gateway_database_url(settings.admin_url, database),
+                database_url=database_url(settings.admin_url, database, driver="psycopg"),
                 users=users,
                 overrides=settings.overrides,
             )
@@ -916,8 +948,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log_levels = gateway.log_levels()
                 if exit_code != 0 or {"error", "critical", "unparsed"} & log_levels.keys():
                     progress(f"gateway exit code {exit_code}; its log ends:\n{gateway.tail()}")
+            time.sleep(0.5)  # the gateway's backends are still exiting
+            after = read_database_counters(database_url(settings.admin_url, database))
             result["database_work_per_message"] = database_work(
-                counters, settings.admin_url, database, messages=max(result["accepted"], 1)
+                counters, after, messages=max(result["accepted"], 1)
             )
     except BenchError as exc:
         progress(str(exc))

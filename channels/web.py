@@ -37,6 +37,8 @@ log = structlog.stdlib.get_logger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:@+-]{1,200}")
+# A web user id never contains ':' (the separator of namespaced message ids).
+USER_PATTERN = re.compile(r"[A-Za-z0-9._@+-]{1,200}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,8 @@ def parse_web_message(
     """The `ChannelMessage` for a POST body from `user_id`; raises `ChannelPayloadError`."""
     if not isinstance(body, dict):
         raise ChannelPayloadError("the body must be a JSON object")
+    if not USER_PATTERN.fullmatch(user_id):
+        raise ChannelPayloadError("a web user id is letters, digits and . _ @ + - only")
     unknown = sorted(set(body) - {"user", "text", "thread_id", "message_id"})
     if unknown:
         raise ChannelPayloadError(f"unknown field(s): {', '.join(unknown)}")
@@ -148,9 +152,9 @@ class WebChannel:
         """Accept one message; 202 only after the inbox committed it."""
         try:
             body = await _json_body(request)
-            user_id = self._authenticate(
-                request, body.get("user") if isinstance(body, dict) else None
-            )
+            if not isinstance(body, dict):
+                raise ChannelPayloadError("the body must be a JSON object")
+            user_id = self._authenticate(request, body.get("user"))
             message = parse_web_message(
                 body, user_id=user_id, now=self.clock(), max_text_chars=self.settings.max_text_chars
             )
@@ -196,8 +200,8 @@ class WebChannel:
             return user_id
         if not self.settings.dev_open:
             raise WebRejection(401, "missing bearer token")
-        if not isinstance(claimed_user, str) or not ID_PATTERN.fullmatch(claimed_user):
-            raise ChannelPayloadError("'user' must name the user (letters, digits, . _ : @ + -)")
+        if not isinstance(claimed_user, str) or not USER_PATTERN.fullmatch(claimed_user):
+            raise ChannelPayloadError("'user' must name the user (letters, digits, . _ @ + -)")
         return claimed_user
 
     def _user_of_token(self, token: str) -> str | None:

@@ -19,10 +19,13 @@ from gateway.router import RoutingPolicy, find_session
 from sessions.lifecycle import transition
 from storage.models import Session, SessionStatus
 from storage.repositories import SessionRepository
+from storage.transcripts import SessionRef, TranscriptStore
 
 log = get_logger(__name__)
 
-COMMAND_PATTERN = re.compile(r"^\s*[/!](?P<name>[a-zA-Z]+)\b(?P<args>[^\n]*)")
+# A command word is followed by a space or the end: "/etc/hosts is gone" and "!Note: …" are
+# ordinary messages.
+COMMAND_PATTERN = re.compile(r"^\s*[/!](?P<name>[a-zA-Z]+)(?=\s|$)(?P<args>[^\n]*)")
 FORGET_CONFIRMATION_WINDOW = timedelta(minutes=5)
 MIN_ID_PREFIX = 4
 
@@ -47,12 +50,10 @@ class Command:
 
 @dataclass(frozen=True, slots=True)
 class CommandOutcome:
-    """The reply to a command, the session it concerns (if any), and a session that was
-    deleted (its transcripts must go too)."""
+    """The reply to a command and the session it concerns (if any)."""
 
     reply: str
     session_id: str | None = None
-    deleted_session: Session | None = None
 
 
 def parse_command(message: ChannelMessage) -> Command | None:
@@ -83,6 +84,7 @@ class CommandContext:
     policy: RoutingPolicy
     history_budget_tokens: int
     now: datetime
+    transcripts: TranscriptStore
 
 
 async def run_command(command: Command, context: CommandContext) -> CommandOutcome:
@@ -230,10 +232,14 @@ async def _forget(command: Command, context: CommandContext) -> CommandOutcome:
     if requested is None or context.now - requested > FORGET_CONFIRMATION_WINDOW:
         return CommandOutcome("Nothing to confirm: send /forget first, then /forget confirm.")
     transition(current, SessionStatus.DELETED, at=context.now, reason="/forget")
+    # The transcript store first: if it fails, the command fails (and is retried) before any
+    # row is gone, so the user is never told "deleted" while archives remain.
+    await context.transcripts.delete_session(
+        SessionRef(current.org_id, current.user_id, current.id)
+    )
     await context.db.flush()
     await SessionRepository(context.db).delete(current.id)
     return CommandOutcome(
         f"Deleted session {short_id(current.id)} and everything in it. "
-        "Your next message starts a new session.",
-        deleted_session=current,
+        "Your next message starts a new session."
     )

@@ -123,6 +123,14 @@ class OutboxSender:
         except DeliveryError as exc:
             await self._failed(row, exc)
             return
+        except Exception as exc:
+            # An adapter bug or an error it did not translate: counted as a failed attempt
+            # like any other, so the reply is retried and, in the end, given up with a log line.
+            log.exception(
+                "outbox.adapter_crashed", channel=channel.value, message_id=row.message_id
+            )
+            await self._failed(row, DeliveryError(f"{type(exc).__name__}: {exc}"))
+            return
         async with self.database.session() as db:
             await OutboxRepository(db).mark_delivered(
                 row.id, platform_message_id=receipt.platform_message_id, at=self.clock()

@@ -282,6 +282,7 @@ class TurnProcessor:
                     policy=self.settings.routing,
                     history_budget_tokens=self.settings.history_budget_tokens,
                     now=now,
+                    transcripts=self.transcripts,
                 ),
             )
             await self._enqueue(
@@ -295,11 +296,6 @@ class TurnProcessor:
             )
             await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
         self.on_reply()
-        if outcome.deleted_session is not None:
-            deleted = outcome.deleted_session
-            await self.transcripts.delete_session(
-                SessionRef(deleted.org_id, deleted.user_id, deleted.id)
-            )
 
     async def _finish_with(
         self,

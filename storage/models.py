@@ -319,6 +319,8 @@ class InboundEvent(Base):
         UniqueConstraint("channel_type", "message_id"),
         Index("ix_inbound_events_status_id", "status", "id"),
         Index("ix_inbound_events_sender_status", "sender_key", "status"),
+        # Ids are queue order and feed cursors: SQLite must never reuse a deleted row's id.
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
@@ -349,6 +351,7 @@ class OutboundMessage(Base):
     __table_args__ = (
         Index("ix_outbound_messages_status_next", "status", "next_attempt_at"),
         Index("ix_outbound_messages_channel_feed", "channel_type", "channel_id", "id"),
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)

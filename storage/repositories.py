@@ -386,7 +386,7 @@ class SessionRepository:
         result = await self.session.execute(
             select(Session.status, func.count()).group_by(Session.status)
         )
-        return {status: count for status, count in result.tuples()}
+        return {str(row[0]): int(row[1]) for row in result.all()}
 
     async def delete(self, session_id: str) -> bool:
         """Delete the session and, by cascade, its channels, messages and compactions."""

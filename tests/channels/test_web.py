@@ -76,11 +76,16 @@ def test_the_same_client_id_from_two_users_gives_two_message_ids() -> None:
 def test_namespaced_ids_of_different_users_never_collide(
     first: tuple[str, str], second: tuple[str, str]
 ) -> None:
-    # Both are valid web user ids and client message ids; the inbox dedupes on the result, so
-    # a collision would drop one user's message as the other's duplicate.
-    for user_id, message_id in (first, second):
-        assert parse({"text": "hi", "message_id": message_id}, user_id=user_id)
-    assert namespaced_id(*first) != namespaced_id(*second)
+    # The inbox dedupes on the namespaced id, so a collision would drop one user's message as
+    # the other's duplicate: user ids containing the separator are refused, and the ids of
+    # the users that remain differ.
+    assert namespaced_id(*first) == namespaced_id(*second)
+    colliding = [pair for pair in (first, second) if ":" in pair[0]]
+    for user_id, message_id in colliding:
+        with pytest.raises(ChannelPayloadError, match="web user id"):
+            parse({"text": "hi", "message_id": message_id}, user_id=user_id)
+    accepted = [pair for pair in (first, second) if ":" not in pair[0]]
+    assert len(accepted) == 1
 
 
 @pytest.mark.parametrize(

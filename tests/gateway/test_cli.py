@@ -123,10 +123,10 @@ def test_run_serves_health_readiness_and_metrics_then_stops_cleanly_on_sigterm(
 
 
 def test_run_on_postgres_migrates_and_reports_ready(
-    tmp_path: Path, start_gateway: object, postgres_url: str
+    tmp_path: Path, start_gateway: object, fresh_postgres_url: str
 ) -> None:
     port = free_port()
-    running = start_gateway(write_config(tmp_path, port, postgres_url), port)  # type: ignore[operator]
+    running = start_gateway(write_config(tmp_path, port, fresh_postgres_url), port)  # type: ignore[operator]
     assert httpx.get(f"{running.base_url}/readyz").json() == {"status": "ready"}
     assert running.stop()[0] == 0
 
@@ -180,8 +180,8 @@ def test_run_with_an_invalid_config_exits_2_naming_the_problem(tmp_path: Path) -
     assert "Traceback" not in result.stderr
 
 
-def test_db_upgrade_migrates_sqlite_and_postgres(tmp_path: Path, postgres_url: str) -> None:
-    for url in (f"sqlite+aiosqlite:///{tmp_path / 'up.db'}", postgres_url):
+def test_db_upgrade_migrates_sqlite_and_postgres(tmp_path: Path, fresh_postgres_url: str) -> None:
+    for url in (f"sqlite+aiosqlite:///{tmp_path / 'up.db'}", fresh_postgres_url):
         config = write_config(tmp_path, free_port(), url)
         result = gateway("db", "upgrade", "--config", str(config))
         assert result.returncode == 0, result.stderr

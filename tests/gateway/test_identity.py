@@ -91,15 +91,23 @@ def log_lines(capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
     logging.getLogger().handlers.clear()
 
 
+async def organizations(database: Database) -> dict[str, tuple[str, str]]:
+    async with database.session() as db:
+        rows = (await db.execute(select(Organization))).scalars()
+        return {row.id: (row.name, row.context) for row in rows}
+
+
 async def test_sync_writes_organizations_users_and_every_identity(database: Database) -> None:
+    # (Another test module leaves an organization behind in the shared PostgreSQL database;
+    # compare what this sync added.)
+    before = await organizations(database)
+
     await sync_identities(database, config())
 
-    async with database.session() as db:
-        orgs = {
-            row.id: (row.name, row.context)
-            for row in (await db.execute(select(Organization))).scalars()
-        }
-    assert orgs == {"acme": ("Acme", "Acme makes anvils."), "globex": ("Globex", "")}
+    after = await organizations(database)
+    assert set(after) - set(before) == {"acme", "globex"}
+    assert after["acme"] == ("Acme", "Acme makes anvils.")
+    assert after["globex"] == ("Globex", "")
     assert await users(database) == {
         "alice": ("acme", "Alice", True, False),
         "bob": ("globex", "Bob", False, False),
@@ -122,15 +130,14 @@ async def test_sync_is_idempotent_and_picks_up_a_changed_context(database: Datab
     await sync_identities(database, config(acme_context="Anvils, since 1949."))
 
     assert (await users(database), await identities(database)) == first
-    async with database.session() as db:
-        rows = (await db.execute(select(Organization))).scalars()
-        contexts = {row.id: row.context for row in rows}
-    assert contexts == {"acme": "Anvils, since 1949.", "globex": ""}
+    orgs = await organizations(database)
+    assert (orgs["acme"], orgs["globex"]) == (("Acme", "Anvils, since 1949."), ("Globex", ""))
 
 
 async def test_sync_without_organizations_creates_the_default_one(database: Database) -> None:
     plain = GatewayConfig.model_validate({"identity": {"users": [{"id": "carol"}]}})
     await sync_identities(database, plain)
+    assert (await organizations(database))["default"] == ("Default", "")
     assert await users(database) == {"carol": ("default", "", False, False)}
     assert await identities(database) == [("carol", "web", "carol")]
 

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 00:46:30.200924
+Create Date: 2026-11-22 01:33:27.204761
 """
 
 from __future__ import annotations
@@ -155,6 +155,7 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "channel_type", "message_id", name=op.f("uq_inbound_events_channel_type")
         ),
+        sqlite_autoincrement=True,
     )
     op.create_index(
         "ix_inbound_events_sender_status", "inbound_events", ["sender_key", "status"], unique=False
@@ -370,6 +371,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_outbound_messages")),
         sa.UniqueConstraint("message_id", name=op.f("uq_outbound_messages_message_id")),
+        sqlite_autoincrement=True,
     )
     op.create_index(
         "ix_outbound_messages_channel_feed",
