@@ -151,9 +151,7 @@ class WebChannel:
     async def post_message(self, request: Request) -> Response:
         """Accept one message; 202 only after the inbox committed it."""
         try:
-            body = await _json_body(request)
-            if not isinstance(body, dict):
-                raise ChannelPayloadError("the body must be a JSON object")
+            body = await _json_object(request)
             user_id = self._authenticate(request, body.get("user"))
             message = parse_web_message(
                 body, user_id=user_id, now=self.clock(), max_text_chars=self.settings.max_text_chars
@@ -226,7 +224,7 @@ class WebChannel:
         return JSONResponse({"error": reason}, status_code=status)
 
 
-async def _json_body(request: Request) -> object:
+async def _json_object(request: Request) -> dict[str, Any]:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise WebRejection(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
@@ -234,9 +232,12 @@ async def _json_body(request: Request) -> object:
     if len(raw) > MAX_BODY_BYTES:
         raise WebRejection(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ChannelPayloadError(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ChannelPayloadError("the body must be a JSON object")
+    return body
 
 
 def _cursor(value: str | None) -> int:
