@@ -150,13 +150,13 @@ class SessionEngine:
 
     async def run_turn(self, session_id: str, *, thread_id: str = "") -> TurnOutcome:
         """Answer the session's latest user message; raises `LLMError` if the model fails."""
-        context, since_compaction = await self._assemble(session_id, thread_id)
+        context, since_compaction = await self.assemble_context(session_id, thread_id)
         policy = self.settings.compaction
         compacted = False
         if policy.needed(self.tokens.estimate(context.history_tokens), since_compaction):
             compacted = await self.compactor.compact(session_id) is not None
             if compacted:
-                context, _ = await self._assemble(session_id, thread_id)
+                context, _ = await self.assemble_context(session_id, thread_id)
         messages, response, input_tokens, output_tokens = await self._call_with_tools(
             context.request, session_id
         )
@@ -176,7 +176,10 @@ class SessionEngine:
             compacted=compacted,
         )
 
-    async def _assemble(self, session_id: str, thread_id: str) -> tuple[AssembledContext, int]:
+    async def assemble_context(
+        self, session_id: str, thread_id: str = ""
+    ) -> tuple[AssembledContext, int]:
+        """The context of the next turn, and how many messages came since the last compaction."""
         now = self.clock()
         async with self.database.session() as db:
             sessions = SessionRepository(db)
