@@ -183,9 +183,9 @@ class TurnProcessor:
                         in_reply_to=message.message_id if is_reply else None,
                         tokens=produced.tokens,
                         at=now,
+                        # Tool calls and results are kept block by block, to be resent exactly.
                         metadata={"blocks": list(produced.blocks)}
-                        if not is_reply
-                        or any(block.get("type") != "text" for block in produced.blocks)
+                        if any(block.get("type") != "text" for block in produced.blocks)
                         else None,
                     )
                 )
