@@ -396,13 +396,14 @@ def process_label(pid: int, database: str) -> str | None:
 
 def other_cpu(
     before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], *, skip: set[int]
-) -> Counter[str]:
-    """CPU seconds of the processes alive at `after` (but not `skip`) since `before`, by label."""
-    by_label: Counter[str] = Counter()
+) -> dict[str, float]:
+    """CPU seconds since `before` of the processes alive at `after` by label, busiest first."""
+    by_label: dict[str, float] = {}
     for pid, (label, cpu_s) in after.items():
         if pid not in skip:
-            by_label[label] += cpu_s - before.get(pid, (label, 0.0))[1]
-    return by_label
+            spent = cpu_s - before.get(pid, (label, 0.0))[1]
+            by_label[label] = by_label.get(label, 0.0) + spent
+    return dict(sorted(by_label.items(), key=lambda item: -item[1]))
 
 
 def read_machine_ticks() -> tuple[int, int]:
@@ -445,7 +446,7 @@ def cpu_report(
     gateway_pct = None if gateway_s is None else round(100 * gateway_s / wall, 1)
     bench_pct = round(100 * (end.bench_s - start.bench_s) / wall, 1)
     others = other_cpu(start.processes, end.processes, skip={os.getpid(), gateway_pid})
-    others_pct = {label: 100 * cpu_s / wall for label, cpu_s in others.most_common()}
+    others_pct = {label: 100 * cpu_s / wall for label, cpu_s in others.items()}
     return {
         "machine_busy_pct": round(machine_pct, 1),
         "gateway_pct": gateway_pct,

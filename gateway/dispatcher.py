@@ -51,24 +51,37 @@ class Dispatcher:
         self._slots = asyncio.Semaphore(max_concurrent_turns)
         self._wake = asyncio.Event()
         self._draining: set[str] = set()
+        self._again: set[str] = set()
+        self._hints: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
 
-    def notify(self) -> None:
-        """New work was accepted in this process: schedule without waiting for the poll."""
+    def notify(self, sender_key: str | None = None) -> None:
+        """Work was accepted in this process (from `sender_key`): schedule it now, without
+        waiting for the next poll of the inbox."""
+        if sender_key is not None:
+            self._hints.add(sender_key)
         self._wake.set()
 
     async def run(self) -> None:
-        """Schedule work until `stop()`."""
+        """Schedule work until `stop()`: hinted senders at once, the whole inbox every poll."""
         log.info("dispatcher.started", poll_interval=self.poll_interval)
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time()
         while not self._stopping:
             self._wake.clear()
             try:
-                await self.schedule()
+                if loop.time() >= next_poll:
+                    next_poll = loop.time() + self.poll_interval
+                    self._hints.clear()
+                    await self.schedule()
+                else:
+                    hints, self._hints = self._hints, set()
+                    await self.schedule(sorted(hints))
             except (GatewayError, SQLAlchemyError, OSError) as exc:
                 log.error("dispatcher.schedule_failed", error=str(exc).splitlines()[0])
             with suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
+                await asyncio.wait_for(self._wake.wait(), timeout=max(next_poll - loop.time(), 0.0))
 
     async def stop(self) -> None:
         """Stop scheduling and let running turns finish (unfinished ones stay in the inbox)."""
@@ -77,20 +90,29 @@ class Dispatcher:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def schedule(self) -> None:
-        """Start a drain for every user with pending events who is not being drained here."""
-        async with self.database.session() as db:
-            senders = await InboxRepository(db).pending_senders()
+    async def schedule(self, senders: list[str] | None = None) -> None:
+        """Start a drain for every user with pending events (of `senders`, or of anyone in
+        the inbox) who is not being drained here already."""
+        if senders is None:
+            async with self.database.session() as db:
+                senders = await InboxRepository(db).pending_senders()
         for sender in senders:
             if self._stopping:
                 return
             user = await self._user_of(sender)
-            if user is None or user.user_id in self._draining:
+            if user is None:
                 continue
-            self._draining.add(user.user_id)
-            task = asyncio.create_task(self._drain(user), name=f"drain:{user.user_id}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            if user.user_id in self._draining:
+                # The running drain may already have looked at the queue: run once more.
+                self._again.add(user.user_id)
+                continue
+            self._start_drain(user)
+
+    def _start_drain(self, user: ResolvedUser) -> None:
+        self._draining.add(user.user_id)
+        task = asyncio.create_task(self._drain(user), name=f"drain:{user.user_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _user_of(self, sender: str) -> ResolvedUser | None:
         """The sender's user; unknown senders' events are rejected here (None)."""
@@ -123,8 +145,9 @@ class Dispatcher:
             log.error("dispatcher.drain_failed", user_id=user.user_id, error=str(exc))
         finally:
             self._draining.discard(user.user_id)
-            # Events that arrived while this drain was finishing were skipped by `schedule`.
-            self.notify()
+            if user.user_id in self._again and not self._stopping:
+                self._again.discard(user.user_id)
+                self._start_drain(user)
 
     async def _drain_held(self, user: ResolvedUser) -> None:
         keys = await self.identities.identity_keys(user.user_id)

@@ -41,7 +41,7 @@ class Inbox:
         metrics: GatewayMetrics,
         *,
         clock: Callable[[], datetime],
-        on_accept: Callable[[], None],
+        on_accept: Callable[[str], None],
     ) -> None:
         self.database = database
         self.metrics = metrics
@@ -55,12 +55,13 @@ class Inbox:
         (so the platform retries) when it raises.
         """
         channel = message.channel_type.value
+        sender = sender_key(channel, message.user_identifier)
         try:
             async with self.database.session() as session:
                 event_id = await InboxRepository(session).accept(
                     channel,
                     message.message_id,
-                    sender_key=sender_key(channel, message.user_identifier),
+                    sender_key=sender,
                     message=message.to_record(),
                     raw_payload=dict(message.raw),
                     at=self.clock(),
@@ -81,5 +82,5 @@ class Inbox:
         log.info(
             "inbox.accepted", channel=channel, message_id=message.message_id, event_id=event_id
         )
-        self.on_accept()
+        self.on_accept(sender)
         return AcceptResult(accepted=True, message_id=message.message_id)

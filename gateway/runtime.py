@@ -135,11 +135,13 @@ class GatewayRuntime:
         cls, config: GatewayConfig, *, clock: Callable[[], datetime] = utcnow
     ) -> GatewayRuntime:
         """Open the database (migrating it when `storage.auto_migrate`), the store, the users."""
+        turns = config.sessions.max_concurrent_turns
         database = Database(
             config.storage.database_url,
-            pool_size=config.storage.pool_size,
-            # A turn holds its user's lock on one connection and works on another.
-            max_overflow=2 * config.sessions.max_concurrent_turns + 8,
+            # A turn holds its user's lock on one connection and works on another; connections
+            # are kept open for both, as opening one per message would cost more than the work.
+            pool_size=config.storage.pool_size + turns,
+            max_overflow=turns,
         )
         try:
             await database.ping()

@@ -226,7 +226,9 @@ class TurnProcessor:
             [user_line, *(_stored_line(row, message) for row in stored)],
         )
         try:
-            await self.engine.update_topic_if_due(session_id, messages_before=stored[0].seq - 2)
+            await self.engine.update_topic_if_due(
+                session_id, seq_before=stored[0].seq - 2, seq_after=stored[-1].seq
+            )
         except LLMError as exc:
             log.warning("session.topic_failed", error=str(exc))
 

@@ -150,18 +150,18 @@ class SessionEngine:
 
     async def run_turn(self, session_id: str, *, thread_id: str = "") -> TurnOutcome:
         """Answer the session's latest user message; raises `LLMError` if the model fails."""
-        context, since_compaction = await self.assemble_context(session_id, thread_id)
+        context, since_compaction, started = await self._context(session_id, thread_id)
         policy = self.settings.compaction
         compacted = False
         if policy.needed(self.tokens.estimate(context.history_tokens), since_compaction):
             compacted = await self.compactor.compact(session_id) is not None
             if compacted:
-                context, _ = await self.assemble_context(session_id, thread_id)
+                context, _, _ = await self._context(session_id, thread_id)
         messages, response, input_tokens, output_tokens = await self._call_with_tools(
             context.request, session_id
         )
         notices = [COMPACTION_NOTICE] if compacted else []
-        if await self._long_running(session_id):
+        if self.clock() - started > self.settings.suggest_new_after:
             notices.append(SUGGEST_NEW_NOTICE)
         reply = response.text.strip() or "(no answer)"
         if notices:
@@ -180,6 +180,12 @@ class SessionEngine:
         self, session_id: str, thread_id: str = ""
     ) -> tuple[AssembledContext, int]:
         """The context of the next turn, and how many messages came since the last compaction."""
+        context, since_compaction, _ = await self._context(session_id, thread_id)
+        return context, since_compaction
+
+    async def _context(
+        self, session_id: str, thread_id: str
+    ) -> tuple[AssembledContext, int, datetime]:
         now = self.clock()
         async with self.database.session() as db:
             sessions = SessionRepository(db)
@@ -218,7 +224,7 @@ class SessionEngine:
             max_tokens=self.settings.max_tokens,
             tools=tuple(tool.spec for tool in self.tools.values()),
         )
-        return context, len(rows)
+        return context, len(rows), session.created_at
 
     async def _call_with_tools(
         self, request: LLMRequest, session_id: str
@@ -273,20 +279,17 @@ class SessionEngine:
         log.info("tool.ran", tool=name)
         return {**result, "content": output}
 
-    async def _long_running(self, session_id: str) -> bool:
-        async with self.database.session() as db:
-            session = await SessionRepository(db).get(session_id)
-        if session is None:
-            return False
-        return self.clock() - session.created_at > self.settings.suggest_new_after
-
-    async def update_topic_if_due(self, session_id: str, messages_before: int) -> bool:
-        """Refresh the topic summary when the session passed a multiple of
-        `topic_every_messages` with this turn."""
+    async def update_topic_if_due(
+        self, session_id: str, *, seq_before: int, seq_after: int
+    ) -> bool:
+        """Refresh the topic summary when the turn (which took the session's message numbers
+        from `seq_before` to `seq_after`) passed a multiple of `topic_every_messages`."""
         every = self.settings.topic_every_messages
+        if seq_after // every == seq_before // every:
+            return False
         async with self.database.session() as db:
             session = await SessionRepository(db).get(session_id)
-            if session is None or session.message_count // every == messages_before // every:
+            if session is None:
                 return False
             recent = await SessionRepository(db).messages(
                 session_id, after_seq=max(session.last_seq - 30, 0)
