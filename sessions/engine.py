@@ -194,7 +194,9 @@ class SessionEngine:
                 raise StorageError("the session does not exist", key=session_id)
             latest = await CompactionRepository(db).latest(session_id)
             after = latest.last_message_seq if latest else 0
-            rows = await sessions.messages(session_id, after_seq=after)
+            rows = await sessions.messages(
+                session_id, after_seq=after, through_seq=session.last_seq
+            )
             organization = await OrganizationRepository(db).get(session.org_id)
             facts = await MemoryRepository(db).facts(session.user_id, limit=MAX_MEMORY_FACTS)
             summaries = await SummaryRepository(db).recent(
@@ -292,7 +294,7 @@ class SessionEngine:
             if session is None:
                 return False
             recent = await SessionRepository(db).messages(
-                session_id, after_seq=max(session.last_seq - 30, 0)
+                session_id, after_seq=max(session.last_seq - 30, 0), through_seq=session.last_seq
             )
         response = await self.llm.complete(
             LLMRequest(

@@ -368,14 +368,26 @@ class SessionRepository:
         return row
 
     async def messages(
-        self, session_id: str, *, after_seq: int = 0, limit: int | None = None
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        through_seq: int | None = None,
+        limit: int | None = None,
     ) -> list[SessionMessage]:
-        """The session's messages after `after_seq`, in sequence order."""
+        """The session's messages after `after_seq` (up to `through_seq`), in sequence order.
+
+        Pass `through_seq` (the session's `last_seq`) when reading a recent window: bounded on
+        both sides, the range is estimated as small and PostgreSQL keeps to the index even for
+        a session holding most of the table.
+        """
         statement = (
             select(SessionMessage)
             .where(SessionMessage.session_id == session_id, SessionMessage.seq > after_seq)
             .order_by(SessionMessage.seq)
         )
+        if through_seq is not None:
+            statement = statement.where(SessionMessage.seq <= through_seq)
         if limit is not None:
             statement = statement.limit(limit)
         result = await self.session.execute(statement)
