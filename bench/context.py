@@ -40,13 +40,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import math
 import os
 import platform
 import random
-import secrets
 import signal
 import statistics
 import sys
@@ -63,7 +61,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from psycopg import sql
+from benchkit import BenchError, progress, throwaway_database
 from sqlalchemy import insert, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -115,10 +113,6 @@ MEMORY_FACTS = 30
 ARCHIVED_SESSIONS = 3
 ARCHIVED_SESSION_MESSAGES = 12
 SEED = 20240601
-
-
-class BenchError(Exception):
-    """The benchmark could not run (database set-up); the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -609,24 +603,6 @@ async def run_backend(
 # --- databases ----------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def throwaway_database(admin_url: str) -> Iterator[str]:
-    """Create `gateway_bench_<random>` and drop it afterwards (also on errors and Ctrl-C)."""
-    name = f"gateway_bench_{secrets.token_hex(4)}"
-    try:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    except psycopg.Error as exc:
-        raise BenchError(f"cannot create a database with {admin_url}: {exc}") from exc
-    try:
-        yield name
-    finally:
-        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(drop)
-        progress(f"dropped database {name}")
-
-
 def database_url(admin_url: str, database: str) -> str:
     """The admin URL pointed at `database`, for SQLAlchemy's psycopg driver."""
     parts = urlsplit(admin_url)
@@ -647,11 +623,6 @@ def run_one(backend: str, settings: BenchSettings) -> dict[str, Any]:
 
 
 # --- command line -------------------------------------------------------------------------
-
-
-def progress(line: str) -> None:
-    """One line of progress on stderr."""
-    print(f"bench: {line}", file=sys.stderr, flush=True)
 
 
 def parse_settings(argv: Sequence[str] | None) -> BenchSettings:

@@ -57,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -67,7 +67,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import psycopg
 import yaml
-from psycopg import sql
+from benchkit import BenchError, progress, throwaway_database
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -75,10 +75,6 @@ FEED_PAGE = 500  # the largest `limit` the feed accepts
 FEED_READERS = 8  # feeds read at once while waiting for replies
 GOAL_ACCEPTED_PER_S = 500.0
 GOAL_ACK_P99_MS = 50.0
-
-
-class BenchError(Exception):
-    """The benchmark could not run (database, gateway start-up); the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,27 +119,6 @@ class ProcessSample:
 
 
 # --- the throwaway database and the gateway process ---------------------------------------
-
-
-@contextlib.contextmanager
-def throwaway_database(admin_url: str, *, keep: bool) -> Iterator[str]:
-    """Create `gateway_bench_<random>` and drop it afterwards (also on errors and Ctrl-C)."""
-    name = f"gateway_bench_{secrets.token_hex(4)}"
-    try:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    except psycopg.Error as exc:
-        raise BenchError(f"cannot create a database with {admin_url}: {exc}") from exc
-    try:
-        yield name
-    finally:
-        if keep:
-            progress(f"kept database {name}")
-        else:
-            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            with psycopg.connect(admin_url, autocommit=True) as admin:
-                admin.execute(drop)
-            progress(f"dropped database {name}")
 
 
 DATABASE_QUERY = """
@@ -858,11 +833,6 @@ async def run_load(
         },
     }
     return result, counters
-
-
-def progress(text: str) -> None:
-    """One line of progress on stderr."""
-    print(f"bench: {text}", file=sys.stderr, flush=True)
 
 
 def parse_settings(argv: Sequence[str] | None) -> BenchSettings:

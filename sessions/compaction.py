@@ -25,11 +25,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from sessions.context import HistoryMessage, history_text
 from sessions.lifecycle import transition
 from sessions.llm import LLMClient, LLMMessage, LLMRequest, estimate_tokens
-from sessions.memory import MemoryFact, extract_facts, transcript_prompt
+from sessions.memory import MemoryFact, extract_facts, remember_facts, transcript_prompt
 from storage.database import Database
 from storage.errors import ArchiveExistsError, LLMError, StorageError
 from storage.models import Session, SessionCompaction, SessionMessage, SessionStatus
-from storage.repositories import CompactionRepository, MemoryRepository, SessionRepository
+from storage.repositories import CompactionRepository, SessionRepository
 from storage.transcripts import (
     SessionRef,
     TranscriptLine,
@@ -301,16 +301,9 @@ class Compactor:
                     created_at=now,
                 )
             )
-            memory = MemoryRepository(db)
-            for fact in result.facts:
-                await memory.remember(
-                    ref.user_id,
-                    fact_key=fact.key,
-                    fact=fact.fact,
-                    category=fact.category,
-                    source_session_id=ref.session_id,
-                    at=now,
-                )
+            await remember_facts(
+                db, ref.user_id, result.facts, source_session_id=ref.session_id, at=now
+            )
             session = await SessionRepository(db).get(ref.session_id, for_update=True)
             if session is not None:
                 session.compaction_count = result.seq

@@ -33,7 +33,13 @@ from sessions.llm import (
     ToolSpec,
     estimate_tokens,
 )
-from sessions.memory import RetentionPolicy, SessionSummary, extract_facts, summarise_session
+from sessions.memory import (
+    RetentionPolicy,
+    SessionSummary,
+    extract_facts,
+    remember_facts,
+    summarise_session,
+)
 from storage.database import Database
 from storage.errors import LLMError, StorageError
 from storage.models import SessionSummary as SessionSummaryRow
@@ -344,16 +350,9 @@ class SessionEngine:
                         created_at=now,
                     )
                 )
-                memory = MemoryRepository(db)
-                for fact in facts:
-                    await memory.remember(
-                        session.user_id,
-                        fact_key=fact.key,
-                        fact=fact.fact,
-                        category=fact.category,
-                        source_session_id=session.id,
-                        at=now,
-                    )
+                await remember_facts(
+                    db, session.user_id, facts, source_session_id=session.id, at=now
+                )
             log.info("session.summarised", session_id=session.id, facts=len(facts))
             written += 1
         return written

@@ -11,10 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from sessions.llm import LLMClient, LLMMessage, LLMRequest
+from storage.repositories import MemoryRepository
 
 FACT_CATEGORIES = frozenset({"preference", "identity", "commitment", "fact"})
 
@@ -69,6 +73,29 @@ class RetentionPolicy:
         """The hot summaries, newest first."""
         hot = [s for s in summaries if s.created_at >= self.cutoff(now)]
         return sorted(hot, key=lambda s: s.created_at, reverse=True)[: self.hot_limit]
+
+
+async def remember_facts(
+    db: AsyncSession,
+    user_id: str,
+    facts: Sequence[MemoryFact],
+    *,
+    source_session_id: str,
+    at: datetime,
+) -> int:
+    """Store new facts in the user's memory (known ones are skipped); how many were new."""
+    memory = MemoryRepository(db)
+    new = 0
+    for fact in facts:
+        new += await memory.remember(
+            user_id,
+            fact_key=fact.key,
+            fact=fact.fact,
+            category=fact.category,
+            source_session_id=source_session_id,
+            at=at,
+        )
+    return new
 
 
 def transcript_prompt(transcript: str, previous_summary: str | None = None) -> str:
