@@ -83,12 +83,22 @@ class Dispatcher:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(next_poll - loop.time(), 0.0))
 
-    async def stop(self) -> None:
-        """Stop scheduling and let running turns finish (unfinished ones stay in the inbox)."""
+    async def stop(self, *, grace: float = 30.0) -> None:
+        """Stop scheduling; give running turns `grace` seconds to finish, then cancel them.
+
+        A cancelled turn is not lost: its event is still pending in the inbox (and its user
+        message, if already appended, is not appended again), so the next start answers it.
+        """
         self._stopping = True
         self._wake.set()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if not self._tasks:
+            return
+        _, unfinished = await asyncio.wait(set(self._tasks), timeout=grace)
+        for task in unfinished:
+            task.cancel()
+        if unfinished:
+            log.warning("dispatcher.turns_cancelled", count=len(unfinished))
+            await asyncio.gather(*unfinished, return_exceptions=True)
 
     async def schedule(self, senders: list[str] | None = None) -> None:
         """Start a drain for every user with pending events (of `senders`, or of anyone in

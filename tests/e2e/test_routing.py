@@ -183,3 +183,23 @@ async def test_an_unknown_sender_is_told_once_and_never_routed(
     assert statuses == ["rejected"] * 3
     assert [row.kind for row in outbound] == ["rejection"]
     assert sessions == []
+
+
+async def test_a_turn_cut_short_at_shutdown_is_answered_after_the_restart(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
+    async with running_gateway(gateway_config(url, tmp_path, llm={"offline_latency": "1h"})) as gw:
+        await gw.post("alice", "are you there?", message_id="s1")
+        for _ in range(100):
+            if (await session_rows(gw)) and (await messages_of(gw, (await session_rows(gw))[0].id)):
+                break
+            await asyncio.sleep(0.05)
+        await gw.runtime.dispatcher.stop(grace=0.2)  # the model is still "thinking"
+        async with gw.runtime.database.session() as db:
+            (event,) = (await db.execute(select(InboundEvent))).scalars()
+        assert (event.status, event.appended_seq) == ("pending", 1)
+    async with running_gateway(gateway_config(url, tmp_path)) as gateway:
+        (reply,) = await gateway.wait_for_replies("alice", 1)
+        (session,) = await session_rows(gateway)
+        transcript = await messages_of(gateway, session.id)
+    assert reply["in_reply_to"] == "s1"
+    assert [m.role for m in transcript] == ["user", "assistant"]
