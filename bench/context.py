@@ -70,6 +70,7 @@ from gateway.settings import GatewayConfig
 from sessions.compaction import CompactionPolicy, split_point
 from sessions.context import SUMMARY_LEAD_IN, HistoryMessage
 from sessions.engine import SessionEngine
+from sessions.lifecycle import transition
 from sessions.llm import OfflineLLM, estimate_tokens
 from sessions.memory import MemoryFact
 from storage.database import Database
@@ -452,9 +453,9 @@ async def load_user(
         )
         archived.append(loaded.session_id)
         async with database.session() as db:
-            await SessionRepository(db).set_status(
-                loaded.session_id, SessionStatus.ARCHIVED, at=ended
-            )
+            stored = await SessionRepository(db).get(loaded.session_id)
+            if stored is not None:
+                transition(stored, SessionStatus.ARCHIVED, at=ended, reason="benchmark data")
             await SummaryRepository(db).add(
                 SessionSummary(
                     session_id=loaded.session_id,

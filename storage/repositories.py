@@ -273,13 +273,6 @@ class SessionRepository:
         )
         return list(result.scalars())
 
-    async def set_status(self, session_id: str, status: SessionStatus, *, at: datetime) -> None:
-        """Store a new status (the transition itself is checked in `sessions/`)."""
-        values: dict[str, Any] = {"status": status.value, "updated_at": at}
-        if status is SessionStatus.ARCHIVED:
-            values["archived_at"] = at
-        await self.session.execute(update(Session).where(Session.id == session_id).values(values))
-
     async def record_channel(
         self, session_id: str, channel_type: str, channel_id: str, thread_id: str, *, at: datetime
     ) -> None:
@@ -392,13 +385,6 @@ class SessionRepository:
             statement = statement.limit(limit)
         result = await self.session.execute(statement)
         return list(result.scalars())
-
-    async def count_by_status(self) -> dict[str, int]:
-        """How many sessions are in each state (for metrics)."""
-        result = await self.session.execute(
-            select(Session.status, func.count()).group_by(Session.status)
-        )
-        return {str(row[0]): int(row[1]) for row in result.all()}
 
     async def delete(self, session_id: str) -> bool:
         """Delete the session and, by cascade, its channels, messages and compactions."""
@@ -717,15 +703,6 @@ class CompactionRepository:
         """Record a finished compaction."""
         self.session.add(row)
         await self.session.flush()
-
-    async def for_session(self, session_id: str) -> list[SessionCompaction]:
-        """All compactions of the session, oldest first."""
-        result = await self.session.execute(
-            select(SessionCompaction)
-            .where(SessionCompaction.session_id == session_id)
-            .order_by(SessionCompaction.seq)
-        )
-        return list(result.scalars())
 
 
 class MemoryRepository:

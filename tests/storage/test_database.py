@@ -12,6 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError, StatementError
 
+from sessions.lifecycle import transition
 from storage.database import Database, redact_url
 from storage.errors import StorageError
 from storage.models import (
@@ -179,7 +180,10 @@ async def test_latest_active_session_ignores_archived_ones(database: Database) -
             new, role="user", channel_type="web", content="hi", at=T0 + timedelta(hours=1)
         )
         assert (await sessions.find_latest_active("alice")).id == new  # type: ignore[union-attr]
-        await sessions.set_status(new, SessionStatus.ARCHIVED, at=T0 + timedelta(hours=2))
+        newest = await sessions.get(new)
+        assert newest is not None
+        transition(newest, SessionStatus.ARCHIVED, at=T0 + timedelta(hours=2), reason="test")
+        await session.flush()
         latest = await sessions.find_latest_active("alice")
         archived = await sessions.get(new)
     assert latest is not None
