@@ -29,6 +29,8 @@ from storage.repositories import OutboxRepository
 
 log = get_logger(__name__)
 
+CLAIM_BATCH = 50
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -84,8 +86,8 @@ class OutboxSender:
             except (GatewayError, SQLAlchemyError, OSError) as exc:
                 log.error("outbox.claim_failed", error=str(exc).splitlines()[0])
                 claimed = 0
-            if claimed:
-                continue  # there may be more due right away
+            if claimed >= CLAIM_BATCH:
+                continue  # a full batch: more may be due right away
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.poll_interval)
 
@@ -98,7 +100,7 @@ class OutboxSender:
         """Claim the due replies and start sending them; how many were claimed."""
         async with self.database.session() as db:
             rows = await OutboxRepository(db).claim_due(
-                self.clock(), lease=self.policy.lease, limit=50
+                self.clock(), lease=self.policy.lease, limit=CLAIM_BATCH
             )
         results = await asyncio.gather(*(self._send(row) for row in rows), return_exceptions=True)
         for row, result in zip(rows, results, strict=True):
