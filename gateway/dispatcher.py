@@ -29,6 +29,8 @@ from storage.repositories import InboxRepository
 
 log = get_logger(__name__)
 
+DRAIN_BATCH = 16
+
 
 class Dispatcher:
     """Schedules users' queues onto a bounded number of concurrent drains."""
@@ -162,8 +164,14 @@ class Dispatcher:
     async def _drain_held(self, user: ResolvedUser) -> None:
         keys = await self.identities.identity_keys(user.user_id)
         while not self._stopping:
+            # A few at a time: the batch is read under the lock, so it is still in order and
+            # nobody else takes from it; each event is re-checked when its turn finishes it.
             async with self.database.session() as db:
-                event = await InboxRepository(db).next_pending(keys)
-            if event is None:
+                events = await InboxRepository(db).next_pending(keys, limit=DRAIN_BATCH)
+            if not events:
                 return
-            await self.processor.process(event, user)
+            for event in events:
+                if self._stopping:
+                    return
+                if not await self.processor.process(event, user):
+                    break  # it failed and is retried first: read the queue again

@@ -123,6 +123,7 @@ class IdentityResolver:
         self.config = config
         self.cache_ttl = cache_ttl
         self._cache: dict[str, tuple[float, ResolvedUser]] = {}
+        self._keys_cache: dict[str, tuple[float, list[str]]] = {}
 
     async def known_sender(self, sender_key: str) -> ResolvedUser | None:
         """The user owning a sender key (`channel:external id`), or None if nobody does."""
@@ -160,7 +161,15 @@ class IdentityResolver:
         return ResolvedUser(user_id, org_id, external_id, provisioned=True)
 
     async def identity_keys(self, user_id: str) -> list[str]:
-        """Every sender key of the user: the queues the dispatcher drains for them."""
+        """Every sender key of the user: the queues the dispatcher drains for them (cached
+        like known senders)."""
+        cached = self._keys_cache.get(user_id)
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
         async with self.database.session() as session:
             identities = await UserRepository(session).identities(user_id)
-        return [f"{identity.channel_type}:{identity.external_id}" for identity in identities]
+        keys = [f"{identity.channel_type}:{identity.external_id}" for identity in identities]
+        if len(self._keys_cache) > 100_000:
+            self._keys_cache.clear()
+        self._keys_cache[user_id] = (time.monotonic() + self.cache_ttl, keys)
+        return keys

@@ -192,6 +192,7 @@ class GatewayRuntime:
             TurnSettings(
                 routing=RoutingPolicy(config.sessions.scope, config.sessions.archive_after),
                 history_budget_tokens=config.sessions.history_budget_tokens,
+                pull_channels=frozenset({ChannelType.WEB.value}),
             ),
             clock=clock,
             on_reply=outbox.notify,

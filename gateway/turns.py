@@ -62,6 +62,8 @@ class TurnSettings:
 
     routing: RoutingPolicy
     history_budget_tokens: int
+    # Channels whose clients fetch their replies (the web feed): no send step, no outbox pass.
+    pull_channels: frozenset[str] = frozenset()
 
 
 def new_outbound_id() -> str:
@@ -91,8 +93,12 @@ class TurnProcessor:
         self.clock = clock
         self.on_reply = on_reply
 
-    async def process(self, event: InboundEvent, user: ResolvedUser) -> None:
-        """Answer one event; failures are retried up to three times, then apologised for."""
+    async def process(self, event: InboundEvent, user: ResolvedUser) -> bool:
+        """Answer one event; failures are retried up to three times, then apologised for.
+
+        True when the event is finished; False when it failed and stays first in the user's
+        queue for another attempt (nothing after it may be answered before it).
+        """
         message = ChannelMessage.from_record(event.message)
         bind_turn_context(user_id=user.user_id, channel=message.channel_type.value)
         started = time.perf_counter()
@@ -102,7 +108,9 @@ class TurnProcessor:
             # The boundary of one unit of work: whatever a turn fails with (a bug included) is
             # logged with its traceback and counted; after MAX_ATTEMPTS the user gets an apology
             # and the queue moves on, so one poisoned message can never wedge a user's queue.
-            await self._record_failure(event, message, user, exc)
+            return await self._record_failure(event, message, user, exc)
+        else:
+            return True
         finally:
             clear_turn_context()
             self.metrics.turn_latency.observe(time.perf_counter() - started)
@@ -325,20 +333,22 @@ class TurnProcessor:
 
     async def _record_failure(
         self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser, exc: Exception
-    ) -> None:
+    ) -> bool:
         log.exception("turn.failed", event_id=event.id, error=str(exc))
         async with self.database.session() as db:
             attempts = await InboxRepository(db).record_failure(event.id, str(exc)[:2000])
-        if attempts >= MAX_ATTEMPTS:
-            await self._finish_with(
-                event,
-                message,
-                user,
-                FAILURE_APOLOGY_TEXT,
-                session_id=event.session_id,
-                status=InboundStatus.FAILED,
-                error=str(exc)[:2000],
-            )
+        if attempts < MAX_ATTEMPTS:
+            return False
+        await self._finish_with(
+            event,
+            message,
+            user,
+            FAILURE_APOLOGY_TEXT,
+            session_id=event.session_id,
+            status=InboundStatus.FAILED,
+            error=str(exc)[:2000],
+        )
+        return True
 
     async def _enqueue(
         self,
@@ -352,7 +362,11 @@ class TurnProcessor:
         kind: str = "reply",
         outbound_id: str | None = None,
     ) -> None:
+        delivered = message.channel_type.value in self.settings.pull_channels
+        if delivered:
+            self.metrics.messages_out.labels(message.channel_type.value, "delivered").inc()
         await OutboxRepository(db).enqueue(
+            delivered=delivered,
             message_id=outbound_id or new_outbound_id(),
             channel_type=message.channel_type.value,
             channel_id=message.channel_id,

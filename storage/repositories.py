@@ -453,8 +453,10 @@ class InboxRepository:
         )
         return list(result.scalars())
 
-    async def next_pending(self, sender_keys: Sequence[str]) -> InboundEvent | None:
-        """The oldest unfinished event sent from any of these identities (one user's queue)."""
+    async def next_pending(
+        self, sender_keys: Sequence[str], *, limit: int = 1
+    ) -> list[InboundEvent]:
+        """The oldest unfinished events sent from any of these identities (one user's queue)."""
         result = await self.session.execute(
             select(InboundEvent)
             .where(
@@ -462,9 +464,9 @@ class InboxRepository:
                 InboundEvent.status == InboundStatus.PENDING.value,
             )
             .order_by(InboundEvent.id)
-            .limit(1)
+            .limit(limit)
         )
-        return result.scalar_one_or_none()
+        return list(result.scalars())
 
     async def finish(
         self, event_id: int, status: InboundStatus, *, at: datetime, error: str | None = None
@@ -509,8 +511,10 @@ class OutboxRepository:
         session_id: str | None = None,
         inbound_event_id: int | None = None,
         reply_context: dict[str, Any] | None = None,
+        delivered: bool = False,
     ) -> OutboundMessage:
-        """Commit a reply for sending (the caller's transaction commits it)."""
+        """Commit a reply for sending (the caller's transaction commits it); `delivered` for
+        channels whose clients fetch replies themselves, where being stored is being sent."""
         row = OutboundMessage(
             message_id=message_id,
             user_id=user_id,
@@ -523,10 +527,12 @@ class OutboxRepository:
             kind=kind,
             content=content,
             reply_context=reply_context or {},
-            status=OutboundStatus.PENDING.value,
+            status=(OutboundStatus.DELIVERED if delivered else OutboundStatus.PENDING).value,
             attempts=0,
             created_at=at,
             next_attempt_at=at,
+            delivered_at=at if delivered else None,
+            platform_message_id=message_id if delivered else None,
         )
         self.session.add(row)
         await self.session.flush()

@@ -3,6 +3,7 @@ the web channel in front, and the transcript store behind."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from datetime import timedelta
@@ -258,8 +259,12 @@ async def test_the_topic_is_tracked_every_five_messages(
             before = (await db.execute(select(Session))).scalar_one()
             assert before.topic_summary == ""
         await say(gateway, "Marketing budget numbers arrive Monday.", 3)
-        async with gateway.runtime.database.session() as db:
-            session = (await db.execute(select(Session))).scalar_one()
+        for _ in range(100):  # the topic is updated just after the reply is committed
+            async with gateway.runtime.database.session() as db:
+                session = (await db.execute(select(Session))).scalar_one()
+            if session.topic_summary:
+                break
+            await asyncio.sleep(0.05)
     assert session.topic_summary.startswith("Planning the quarterly budget review")
     assert "budget" in session.topics
     assert 3 <= len(session.topics) <= 5
