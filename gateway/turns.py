@@ -12,6 +12,7 @@ A restart repeats only what did not commit: step 1 is skipped when the event has
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -53,6 +54,7 @@ FAILURE_APOLOGY_TEXT = (
     "Sorry, something went wrong while handling your message. The team has been notified."
 )
 REJECTION_INTERVAL = timedelta(hours=1)
+WORK_SLOTS = 4
 MAX_ATTEMPTS = 3
 
 
@@ -88,6 +90,9 @@ class TurnProcessor:
         self.database = database
         self.transcripts = transcripts
         self.engine = engine
+        # Turns wait for the model concurrently, but their database work is CPU-bound in this
+        # process: a few at a time keep the event loop free for accepting new messages.
+        self._work_slots = asyncio.Semaphore(WORK_SLOTS)
         self.metrics = metrics
         self.settings = settings
         self.clock = clock
@@ -152,7 +157,8 @@ class TurnProcessor:
         if command is not None and event.appended_seq is None:
             await self._run_command(event, message, user, command)
             return
-        session_id, org_id = await self._append_user_message(event, message, user)
+        async with self._work_slots:
+            session_id, org_id = await self._append_user_message(event, message, user)
         bind_turn_context(session_id=session_id)
         started = time.perf_counter()
         try:
@@ -175,7 +181,7 @@ class TurnProcessor:
             )
         now = self.clock()
         reply_id = new_outbound_id()
-        async with self.database.session() as db:
+        async with self._work_slots, self.database.session() as db:
             sessions = SessionRepository(db)
             stored = []
             for position, produced in enumerate(outcome.messages):
