@@ -163,6 +163,13 @@ class SessionEngine:
             compacted = await self.compactor.compact(session_id) is not None
             if compacted:
                 context, _, _ = await self._context(session_id, thread_id)
+        if context.dropped_messages:
+            # Only when compaction could not run and the history is over the whole budget.
+            log.warning(
+                "context.messages_left_out",
+                session_id=session_id,
+                count=context.dropped_messages,
+            )
         messages, response, input_tokens, output_tokens = await self._call_with_tools(
             context.request, session_id
         )
