@@ -60,6 +60,14 @@ class ReplyFeed(Protocol):
         ...
 
 
+class ExportReader(Protocol):
+    """Reads the export an `/export` link points to (the gateway implements it)."""
+
+    async def export(self, token: str) -> dict[str, Any] | None:
+        """The export behind the link's token, or None when unknown or expired."""
+        ...
+
+
 class WebRejection(Exception):  # noqa: N818 (an HTTP answer, not an error of the program)
     """A request the API refuses, with the HTTP status and the reason given to the caller."""
 
@@ -126,6 +134,7 @@ class WebChannel:
         settings: WebSettings,
         inbox: InboxPort,
         feed: ReplyFeed,
+        exports: ExportReader,
         *,
         clock: Callable[[], datetime],
         on_rejected: Callable[[int, str], None],
@@ -133,6 +142,7 @@ class WebChannel:
         self.settings = settings
         self.inbox = inbox
         self.feed = feed
+        self.exports = exports
         self.clock = clock
         self.on_rejected = on_rejected
 
@@ -141,6 +151,7 @@ class WebChannel:
         return [
             Route("/web/v1/messages", self.post_message, methods=["POST"]),
             Route("/web/v1/messages", self.get_messages, methods=["GET"]),
+            Route("/web/v1/exports/{token}", self.get_export, methods=["GET"]),
             Route("/web/", self.page, methods=["GET"]),
         ]
 
@@ -180,6 +191,20 @@ class WebChannel:
         messages, cursor = await self.feed.replies(user_id, after=after, limit=limit)
         return JSONResponse({"messages": messages, "cursor": str(cursor)})
 
+    async def get_export(self, request: Request) -> Response:
+        """An `/export` download: the token in the link is the authorisation (24 hours)."""
+        token = request.path_params["token"]
+        data = await self.exports.export(token) if len(token) <= 100 else None
+        if data is None:
+            return self._reject(request, WebRejection(404, "unknown or expired export link"))
+        return JSONResponse(
+            data,
+            headers={
+                "Content-Disposition": f'attachment; filename="session-{data["session_id"]}.json"',
+                "Cache-Control": "no-store",
+            },
+        )
+
     async def page(self, _request: Request) -> Response:
         """The chat page."""
         html = resources.files("channels").joinpath("web_page.html").read_text(encoding="utf-8")
@@ -214,12 +239,14 @@ class WebChannel:
     def _reject(self, request: Request, exc: Exception) -> Response:
         status = exc.status if isinstance(exc, WebRejection) else 400
         reason = exc.reason if isinstance(exc, WebRejection) else str(exc)
+        route = request.scope.get("route")
         log.warning(
             "web.rejected",
             status=status,
             reason=reason,
             method=request.method,
-            path=request.url.path,
+            # The route's template, not the path: an export link's path holds its token.
+            path=getattr(route, "path", "?"),
         )
         self.on_rejected(status, reason)
         return JSONResponse({"error": reason}, status_code=status)

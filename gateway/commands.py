@@ -6,7 +6,9 @@ A command is answered by the gateway itself; it never reaches the model or the t
 
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -18,7 +20,7 @@ from gateway.log import get_logger
 from gateway.router import RoutingPolicy, find_session
 from sessions.lifecycle import transition
 from storage.models import Session, SessionStatus
-from storage.repositories import SessionRepository
+from storage.repositories import ExportLinkRepository, SessionRepository
 from storage.transcripts import SessionRef, TranscriptStore
 
 log = get_logger(__name__)
@@ -34,10 +36,11 @@ HELP_TEXT = """Commands (also written with ! instead of /):
 /sessions: list your recent sessions
 /resume <id>: continue an earlier session (the first characters of its id are enough)
 /status: this session's id, channels, messages, context use and compactions
+/export [id]: a download link (valid 24 hours) with everything stored about a session
 /forget: delete this session for good (asks for confirmation)
 /help: this list"""
 
-KNOWN_COMMANDS = frozenset({"new", "sessions", "resume", "status", "forget", "help"})
+EXPORT_LINK_LIFETIME = timedelta(hours=24)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,7 @@ class CommandContext:
     history_budget_tokens: int
     now: datetime
     transcripts: TranscriptStore
+    public_url: str = ""
 
 
 async def run_command(command: Command, context: CommandContext) -> CommandOutcome:
@@ -96,6 +100,7 @@ async def run_command(command: Command, context: CommandContext) -> CommandOutco
         "resume": _resume,
         "status": _status,
         "forget": _forget,
+        "export": _export,
     }
     handler = handlers.get(command.name)
     if handler is None:
@@ -242,4 +247,40 @@ async def _forget(command: Command, context: CommandContext) -> CommandOutcome:
     return CommandOutcome(
         f"Deleted session {short_id(current.id)} and everything in it. "
         "Your next message starts a new session."
+    )
+
+
+def export_token_hash(token: str) -> str:
+    """What is stored of an export link's token: its SHA-256, so a database leak leaks no link."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def _export(command: Command, context: CommandContext) -> CommandOutcome:
+    target = await _current(context)
+    prefix = command.args.split()[0] if command.args.split() else ""
+    if prefix:
+        matches = await SessionRepository(context.db).find_by_id_prefix(
+            context.user.user_id, prefix.lower()
+        )
+        if len(matches) != 1:
+            return CommandOutcome(
+                f"{prefix!r} does not name exactly one of your sessions; see /sessions."
+            )
+        target = matches[0]
+    if target is None:
+        return CommandOutcome("There is no session to export yet.")
+    token = secrets.token_urlsafe(32)
+    await ExportLinkRepository(context.db).create(
+        export_token_hash(token),
+        user_id=context.user.user_id,
+        session_id=target.id,
+        at=context.now,
+        expires_at=context.now + EXPORT_LINK_LIFETIME,
+    )
+    link = f"{context.public_url.rstrip('/')}/web/v1/exports/{token}"
+    log.info("export.link_created", session_id=target.id, user_id=context.user.user_id)
+    return CommandOutcome(
+        f"Your export of session {short_id(target.id)} ({target.message_count} messages) is "
+        f"ready for 24 hours: {link}",
+        target.id,
     )

@@ -14,6 +14,7 @@ from datetime import datetime
 from channels.base import ChannelAdapter, ChannelType
 from channels.web import WebChannel, WebSettings
 from gateway.dispatcher import Dispatcher
+from gateway.exports import SessionExports
 from gateway.identity import IdentityResolver, sync_identities
 from gateway.inbox import Inbox
 from gateway.jobs import BackgroundJobs
@@ -193,6 +194,7 @@ class GatewayRuntime:
                 routing=RoutingPolicy(config.sessions.scope, config.sessions.archive_after),
                 history_budget_tokens=config.sessions.history_budget_tokens,
                 pull_channels=frozenset({ChannelType.WEB.value}),
+                public_url=config.server.public_url or "",
             ),
             clock=clock,
             on_reply=outbox.notify,
@@ -216,6 +218,7 @@ class GatewayRuntime:
                 ),
                 inbox,
                 OutboxFeed(database),
+                SessionExports(database, clock),
                 clock=clock,
                 on_rejected=lambda status, _reason: metrics.messages_rejected.labels(
                     "web", str(status)

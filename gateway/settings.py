@@ -224,6 +224,8 @@ class ServerConfig(StrictModel):
 
     host: str = "127.0.0.1"
     port: Port = 8080
+    # Where users reach this server (e.g. https://assistant.example.com): makes links absolute.
+    public_url: OptionalStr = None
 
 
 class LoggingConfig(StrictModel):

@@ -66,6 +66,8 @@ class TurnSettings:
     history_budget_tokens: int
     # Channels whose clients fetch their replies (the web feed): no send step, no outbox pass.
     pull_channels: frozenset[str] = frozenset()
+    # Base of links sent to users (exports); empty for links relative to this server.
+    public_url: str = ""
 
 
 def new_outbound_id() -> str:
@@ -299,6 +301,7 @@ class TurnProcessor:
                     history_budget_tokens=self.settings.history_budget_tokens,
                     now=now,
                     transcripts=self.transcripts,
+                    public_url=self.settings.public_url,
                 ),
             )
             await self._enqueue(

@@ -382,6 +382,18 @@ class OutboundMessage(Base):
     delivered_at: Mapped[datetime | None]
 
 
+class ExportLink(Base):
+    """A download link for a user's export of one session; only the token's hash is kept."""
+
+    __tablename__ = "export_links"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+
+
 class JobLease(Base):
     """A lease naming the one process that runs a background job right now."""
 

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.errors import StorageError
 from storage.models import (
+    ExportLink,
     InboundEvent,
     InboundStatus,
     JobLease,
@@ -710,6 +711,15 @@ class CompactionRepository:
         self.session.add(row)
         await self.session.flush()
 
+    async def all_of(self, session_id: str) -> list[SessionCompaction]:
+        """All compactions of the session, oldest first."""
+        result = await self.session.execute(
+            select(SessionCompaction)
+            .where(SessionCompaction.session_id == session_id)
+            .order_by(SessionCompaction.seq)
+        )
+        return list(result.scalars())
+
 
 class MemoryRepository:
     """Durable facts about users."""
@@ -797,3 +807,30 @@ class SummaryRepository:
             .limit(limit)
         )
         return list(result.scalars())
+
+
+class ExportLinkRepository:
+    """Expiring download links for session exports."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def create(
+        self, token_hash: str, *, user_id: str, session_id: str, at: datetime, expires_at: datetime
+    ) -> None:
+        """Store a link (by the hash of its token)."""
+        self.session.add(
+            ExportLink(
+                token_hash=token_hash,
+                user_id=user_id,
+                session_id=session_id,
+                created_at=at,
+                expires_at=expires_at,
+            )
+        )
+        await self.session.flush()
+
+    async def valid(self, token_hash: str, *, now: datetime) -> ExportLink | None:
+        """The link with this token hash, if it has not expired."""
+        link = await self.session.get(ExportLink, token_hash)
+        return link if link is not None and link.expires_at > now else None

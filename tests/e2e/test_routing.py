@@ -203,3 +203,37 @@ async def test_a_turn_cut_short_at_shutdown_is_answered_after_the_restart(tmp_pa
         transcript = await messages_of(gateway, session.id)
     assert reply["in_reply_to"] == "s1"
     assert [m.role for m in transcript] == ["user", "assistant"]
+
+
+async def test_export_gives_a_24_hour_link_to_the_users_own_session(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_gateway(gateway_config(database_url, tmp_path)) as gateway:
+        await gateway.post("alice", "remember the anvil order")
+        (answer,) = await gateway.wait_for_replies("alice", 1)
+        await gateway.post("bob", "bob's own words")
+        await gateway.wait_for_replies("bob", 1)
+        await gateway.post("alice", "/export")
+        replies = await gateway.wait_for_replies("alice", 2)
+        link = replies[1]["text"].rsplit(" ", 1)[1]
+        assert link.startswith("/web/v1/exports/")
+
+        download = await gateway.client.get(link)
+        assert download.status_code == 200
+        assert "attachment" in download.headers["content-disposition"]
+        data = download.json()
+        assert data["session_id"] == answer["session_id"]
+        assert data["user_id"] == "alice"
+        assert data["messages"][0]["content"] == "remember the anvil order"
+        assert "bob's own words" not in download.text
+        assert data["channels"] == [
+            {"channel_type": "web", "channel_id": "alice", "thread_id": None}
+        ]
+
+        assert (await gateway.client.get(link + "x")).status_code == 404
+        gateway.clock.advance(timedelta(hours=25))
+        expired = await gateway.client.get(link)
+        metrics = (await gateway.client.get("/metrics")).text
+    assert expired.status_code == 404
+    assert expired.json() == {"error": "unknown or expired export link"}
+    assert link.rsplit("/", 1)[1] not in metrics

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 01:33:27.204761
+Create Date: 2026-11-22 02:20:47.662201
 """
 
 from __future__ import annotations
@@ -117,6 +117,29 @@ def upgrade() -> None:
         ["user_id"],
         unique=False,
     )
+
+    op.create_table(
+        "export_links",
+        sa.Column("token_hash", sa.String(length=64), nullable=False),
+        sa.Column("user_id", sa.String(length=64), nullable=False),
+        sa.Column("session_id", sa.String(length=36), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["session_id"],
+            ["sessions.id"],
+            name=op.f("fk_export_links_session_id_sessions"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["user_id"],
+            ["users.id"],
+            name=op.f("fk_export_links_user_id_users"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("token_hash", name=op.f("pk_export_links")),
+    )
+    op.create_index(op.f("ix_export_links_user_id"), "export_links", ["user_id"], unique=False)
 
     op.create_table(
         "inbound_events",
@@ -420,6 +443,9 @@ def downgrade() -> None:
     op.drop_index("ix_inbound_events_sender_status", table_name="inbound_events")
 
     op.drop_table("inbound_events")
+    op.drop_index(op.f("ix_export_links_user_id"), table_name="export_links")
+
+    op.drop_table("export_links")
     op.drop_index(op.f("ix_user_channel_identities_user_id"), table_name="user_channel_identities")
 
     op.drop_table("user_channel_identities")
