@@ -195,7 +195,9 @@ def test_problem_in_a_list_item_names_its_index_and_line(write_config):
 
 def test_unknown_key_without_a_close_match_lists_the_allowed_keys(write_config):
     path = write_config("server: {colour: blue}\n")
-    assert problem_lines(path) == [f"{path}:1: server.colour: unknown key (allowed: host, port, public_url)"]
+    assert problem_lines(path) == [
+        f"{path}:1: server.colour: unknown key (allowed: host, port, public_url)"
+    ]
 
 
 def test_problem_without_a_line_prints_file_and_key_path():
