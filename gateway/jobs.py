@@ -2,7 +2,8 @@
 
 Leadership is a lease row in the database, renewed on every run; when the leader dies its
 lease expires and another process takes over. The jobs: archive sessions idle longer than
-`sessions.archive_after`, and write the summaries (and memory facts) of archived sessions.
+`sessions.archive_after`, retry compactions that had to wait, and write the summaries (and
+memory facts) of archived sessions.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class BackgroundJobs:
             try:
                 if await self._lead():
                     await self.archive_idle_sessions()
+                    await self.retry_deferred_compactions()
                     await self.engine.summarise_archived_sessions()
             except (GatewayError, SQLAlchemyError, OSError) as exc:
                 log.error("jobs.failed", error=str(exc).splitlines()[0])
@@ -84,6 +86,23 @@ class BackgroundJobs:
             return await LeaseRepository(db).try_acquire(
                 LEASE_NAME, self.holder, now=self.clock(), ttl=ttl
             )
+
+    async def retry_deferred_compactions(self) -> int:
+        """Compact sessions whose compaction had to wait (store down) or was cut short by a
+        crash, without waiting for their user's next message; how many were compacted."""
+        policy = self.engine.compactor.policy
+        async with self.database.session() as db:
+            due = await SessionRepository(db).needing_compaction(
+                context_tokens_over=int(policy.trigger_ratio * policy.budget_tokens)
+            )
+        compacted = 0
+        for candidate in due:
+            async with self.locks.hold(f"user:{candidate.user_id}") as held:
+                if held and await self.engine.compactor.compact(candidate.id) is not None:
+                    compacted += 1
+        if compacted:
+            log.info("jobs.compactions_retried", count=compacted)
+        return compacted
 
     async def archive_idle_sessions(self) -> int:
         """Archive every active session idle longer than `archive_after`; how many were."""

@@ -172,12 +172,15 @@ class Compactor:
             session = await SessionRepository(db).get(session_id, for_update=True)
             if session is None:
                 return None
+            previous = await CompactionRepository(db).latest(session_id)
+            rows = await SessionRepository(db).messages(session_id)
+            if not self._has_work(previous, rows):
+                _back(session, self.clock())  # also ends a compaction a crash cut short
+                return None
             if session.status == SessionStatus.ACTIVE.value:
                 transition(session, SessionStatus.COMPACTING, at=self.clock(), reason="budget")
             ref = SessionRef(session.org_id, session.user_id, session.id)
             number = session.compaction_count + 1
-            previous = await CompactionRepository(db).latest(session_id)
-            rows = await SessionRepository(db).messages(session_id)
         try:
             result = await self._run(ref, number, previous, rows)
         except (StorageError, LLMError, SQLAlchemyError) as exc:
@@ -187,6 +190,11 @@ class Compactor:
         if result is None:
             await self._back_to_active(session_id)
         return result
+
+    def _has_work(self, previous: SessionCompaction | None, rows: Sequence[SessionMessage]) -> bool:
+        since = [r for r in rows if previous is None or r.seq > previous.last_message_seq]
+        history = as_history(since)
+        return split_point(history, self.policy.keep_last_messages, self.policy.max_kept_tokens) > 0
 
     async def _run(
         self,

@@ -261,6 +261,25 @@ class SessionRepository:
             )
         )
 
+    async def needing_compaction(
+        self, *, context_tokens_over: int, limit: int = 20
+    ) -> list[Session]:
+        """Sessions a compaction was due for but did not finish: left `compacting` by a crash,
+        or active with a last context above `context_tokens_over`."""
+        result = await self.session.execute(
+            select(Session)
+            .where(
+                (Session.status == SessionStatus.COMPACTING.value)
+                | (
+                    (Session.status == SessionStatus.ACTIVE.value)
+                    & (Session.context_tokens > context_tokens_over)
+                )
+            )
+            .order_by(Session.updated_at)
+            .limit(limit)
+        )
+        return list(result.scalars())
+
     async def idle_since(self, cutoff: datetime, *, limit: int = 200) -> list[Session]:
         """Active sessions whose last activity is older than `cutoff`."""
         result = await self.session.execute(

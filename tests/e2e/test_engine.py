@@ -316,3 +316,50 @@ async def test_a_tool_call_and_its_result_are_stored_and_sent_back_exactly(
     assert second_turn[1] == {"role": "assistant", "content": stored[1].metadata_json["blocks"]}
     assert second_turn[2] == {"role": "user", "content": [tool_result]}
     assert second_turn[1]["content"][1]["input"] == {"name": "Acme"}
+
+
+async def test_the_leader_job_finishes_compactions_that_had_to_wait(
+    database_url: str, tmp_path: Path, fake_api: FakeAnthropicAPI
+) -> None:
+    config = engine_config(
+        database_url,
+        tmp_path,
+        fake_api,
+        history_budget_tokens=50_000,
+        compaction={"keep_last_messages": 4},
+    )
+    async with running_gateway(config) as gateway:
+        jobs = gateway.runtime.jobs
+        await say(gateway, "one", 1)
+
+        async def force(status: str, context_tokens: int) -> None:
+            async with gateway.runtime.database.session() as db:
+                session = (await db.execute(select(Session))).scalar_one()
+                session.status, session.context_tokens = status, context_tokens
+
+        async def stored() -> Session:
+            async with gateway.runtime.database.session() as db:
+                return (await db.execute(select(Session))).scalar_one()
+
+        async def retry_when_the_turn_is_over() -> int:
+            # The job skips a user whose turn lock is held; the last turn may still be
+            # finishing its bookkeeping after its reply went out.
+            for _ in range(100):
+                async with gateway.runtime.dispatcher.locks.hold("user:alice") as free:
+                    if free:
+                        break
+                await asyncio.sleep(0.05)
+            return await jobs.retry_deferred_compactions()
+
+        await force("compacting", 10)  # as a crash in the middle of a compaction leaves it
+        assert await retry_when_the_turn_is_over() == 0  # too little to compact
+        assert (await stored()).status == "active"
+
+        for n in range(2, 6):
+            await say(gateway, f"message {n}", n)
+        await force("active", 45_000)  # over the trigger, as when the archive had to wait
+        assert await retry_when_the_turn_is_over() == 1
+        session = await stored()
+        assert (session.status, session.compaction_count) == ("active", 1)
+        assert session.context_tokens < 40_000
+        assert await jobs.retry_deferred_compactions() == 0
