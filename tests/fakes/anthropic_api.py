@@ -78,6 +78,7 @@ class FakeAnthropicAPI:
         self.requests: list[dict[str, Any]] = []
         self.script: deque[Scripted] = deque()
         self.on_request: Callable[[dict[str, Any]], None] | None = None
+        self.bedrock_models: list[str] = []
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -128,8 +129,18 @@ class FakeAnthropicAPI:
             }
         )
 
+    async def _bedrock_invoke(self, request: Request) -> Response:
+        # Bedrock's InvokeModel takes the Messages API body without `model` (it is in the path).
+        self.bedrock_models.append(request.path_params["model"])
+        return await self._messages(request)
+
     def __enter__(self) -> FakeAnthropicAPI:
-        app = Starlette(routes=[Route("/v1/messages", self._messages, methods=["POST"])])
+        app = Starlette(
+            routes=[
+                Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/model/{model}/invoke", self._bedrock_invoke, methods=["POST"]),
+            ]
+        )
         self._server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off")
         )
