@@ -57,6 +57,14 @@ def fresh_postgres_url() -> Iterator[str]:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database on each backend (PostgreSQL: a throwaway database per test)."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+    return str(request.getfixturevalue("fresh_postgres_url"))
+
+
 async def _migrate(url: str) -> None:
     database = Database(url)
     try:

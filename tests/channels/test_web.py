@@ -149,14 +149,6 @@ def test_text_over_the_limit_is_refused_with_413() -> None:
 # --- over HTTP -------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh database on each backend (PostgreSQL: a throwaway database per test)."""
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
-    return str(request.getfixturevalue("fresh_postgres_url"))
-
-
 @pytest.fixture
 async def open_gateway(tmp_path: Path) -> AsyncIterator[RunningGateway]:
     """A gateway whose web channel trusts the `user` field (dev_open), on SQLite."""

@@ -19,14 +19,6 @@ from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 COMMANDS = ("/new", "/sessions", "/resume", "/status", "/forget", "/help")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh database on each backend (PostgreSQL: a throwaway database per test)."""
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
-    return str(request.getfixturevalue("fresh_postgres_url"))
-
-
 @pytest.fixture
 async def sqlite_gateway(tmp_path: Path) -> AsyncIterator[RunningGateway]:
     config = gateway_config(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}", tmp_path)
