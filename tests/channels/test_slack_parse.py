@@ -1,0 +1,146 @@
+"""Slack event payloads (shaped like Slack's documented examples) to `ChannelMessage`s."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from channels.base import ChannelType
+from channels.slack import parse_slack_event, slack_text
+from storage.errors import ChannelPayloadError
+
+BOT = "UBOT0001"
+
+
+def envelope(event: dict[str, Any], event_id: str = "Ev0001") -> dict[str, Any]:
+    return {
+        "token": "legacy-verification-token",
+        "team_id": "T0001",
+        "api_app_id": "A0001",
+        "event": event,
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": 1_700_000_000,
+        "authorizations": [
+            {"enterprise_id": None, "team_id": "T0001", "user_id": BOT, "is_bot": True}
+        ],
+    }
+
+
+def dm(**fields: Any) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "channel": "D0001",
+        "channel_type": "im",
+        "user": "U0001",
+        "text": "Hello there",
+        "ts": "1700000000.000100",
+        "event_ts": "1700000000.000100",
+        **fields,
+    }
+
+
+def test_a_direct_message_becomes_a_channel_message() -> None:
+    message = parse_slack_event(envelope(dm()))
+    assert message is not None
+    assert message.channel_type is ChannelType.SLACK
+    assert (message.channel_id, message.thread_id) == ("D0001", "")
+    assert message.message_id == "Ev0001"
+    assert message.user_identifier == "T0001:U0001"
+    assert message.tenant == "T0001"
+    assert message.content == "Hello there"
+    assert message.timestamp == datetime(2023, 11, 14, 22, 13, 20, 100, tzinfo=UTC)
+    assert message.reply_context == {"channel": "D0001", "thread_ts": None, "team_id": "T0001"}
+
+
+def test_a_mention_in_a_channel_starts_a_thread_under_it_without_the_mention() -> None:
+    event = {
+        "type": "app_mention",
+        "channel": "C0001",
+        "user": "U0001",
+        "text": f"<@{BOT}> what did we decide about <#C0002|acme>?",
+        "ts": "1700000001.000200",
+    }
+    message = parse_slack_event(envelope(event))
+    assert message is not None
+    assert message.thread_id == "1700000001.000200"
+    assert message.content == "what did we decide about #acme?"
+    assert message.reply_context["thread_ts"] == "1700000001.000200"
+
+
+def test_a_thread_reply_keeps_its_thread() -> None:
+    event = dm(channel="C0001", channel_type="channel", thread_ts="1700000000.000001")
+    message = parse_slack_event(envelope(event))
+    assert message is not None
+    assert message.thread_id == "1700000000.000001"
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        dm(bot_id="B0001"),
+        dm(subtype="bot_message"),
+        dm(subtype="message_changed"),
+        dm(subtype="message_deleted"),
+        dm(user=BOT),
+        dm(channel="C0001", channel_type="channel"),  # channel chatter, no mention
+        dm(channel="C0001", channel_type="channel", text=f"<@{BOT}> hi", thread_ts="1.2"),
+        {"type": "reaction_added", "user": "U0001", "reaction": "thumbsup"},
+    ],
+    ids=["bot", "bot-subtype", "edit", "delete", "self", "chatter", "dup-of-mention", "other"],
+)
+def test_what_the_gateway_must_not_answer_is_ignored(event: dict[str, Any]) -> None:
+    assert parse_slack_event(envelope(event)) is None
+
+
+def test_url_verification_and_other_envelopes_are_not_messages() -> None:
+    assert parse_slack_event({"type": "url_verification", "challenge": "x"}) is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"type": "event_callback", "event_id": "Ev1"},
+        {"type": "event_callback", "event": {"type": "message"}},
+        envelope({"type": "message", "user": "U1", "text": "x"}),
+        envelope(dm(ts="not a number")),
+    ],
+)
+def test_malformed_envelopes_are_refused_with_a_reason(payload: dict[str, Any]) -> None:
+    with pytest.raises(ChannelPayloadError):
+        parse_slack_event(payload)
+
+
+def test_file_shares_keep_the_files_metadata() -> None:
+    files = [
+        {"name": "q3.pdf", "mimetype": "application/pdf", "size": 1234, "url_private": "https://f"}
+    ]
+    message = parse_slack_event(envelope(dm(files=files, subtype="file_share")))
+    assert message is not None
+    (attachment,) = message.attachments
+    assert (attachment.filename, attachment.content_type, attachment.size) == (
+        "q3.pdf",
+        "application/pdf",
+        1234,
+    )
+
+
+@pytest.mark.parametrize(
+    ("mrkdwn", "text"),
+    [
+        ("<@U0002> look", "@Bob look"),
+        ("<@U0003|carol> look", "@carol look"),
+        ("<@U0009> look", "@U0009 look"),
+        ("see <#C0002|acme-deals>", "see #acme-deals"),
+        ("<https://example.com|the docs>", "the docs (https://example.com)"),
+        ("<https://example.com>", "https://example.com"),
+        ("<mailto:a@b.example|a@b.example>", "a@b.example"),
+        ("<!here> and <!channel>", "@here and @channel"),
+        ("<!subteam^S0001|@sales> ping", "@sales ping"),
+        ("a &lt;b&gt; &amp; c", "a <b> & c"),
+    ],
+)
+def test_mrkdwn_becomes_plain_text(mrkdwn: str, text: str) -> None:
+    assert slack_text(mrkdwn, {"U0002": "Bob"}) == text
