@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from channels.base import ChannelType
-from channels.slack import parse_slack_event, slack_text
+from channels.slack import markdown_to_mrkdwn, parse_slack_event, slack_text, split_for_slack
 from storage.errors import ChannelPayloadError
 
 BOT = "UBOT0001"
@@ -144,3 +144,35 @@ def test_file_shares_keep_the_files_metadata() -> None:
 )
 def test_mrkdwn_becomes_plain_text(mrkdwn: str, text: str) -> None:
     assert slack_text(mrkdwn, {"U0002": "Bob"}) == text
+
+
+@pytest.mark.parametrize(
+    ("markdown", "mrkdwn"),
+    [
+        ("**bold** and __also__", "*bold* and *also*"),
+        ("*italic* text", "_italic_ text"),
+        ("~~gone~~", "~gone~"),
+        ("[the docs](https://example.com/a)", "<https://example.com/a|the docs>"),
+        ("## Plan\nsteps", "*Plan*\nsteps"),
+        ("a < b & c > d", "a &lt; b &amp; c &gt; d"),
+        ("use `**kwargs` here", "use `**kwargs` here"),
+        ("```\nx = **y**\n```", "```\nx = **y**\n```"),
+        ("- item one\n- item two", "- item one\n- item two"),
+    ],
+)
+def test_markdown_becomes_slack_mrkdwn(markdown: str, mrkdwn: str) -> None:
+    assert markdown_to_mrkdwn(markdown) == mrkdwn
+
+
+def test_long_answers_are_split_at_paragraphs_within_the_limit() -> None:
+    paragraphs = [f"paragraph {n} " + "word " * 30 for n in range(10)]
+    pieces = split_for_slack("\n\n".join(paragraphs), limit=400)
+    assert all(len(piece) <= 400 for piece in pieces)
+    assert " ".join(" ".join(pieces).split()) == " ".join(" ".join(paragraphs).split())
+    assert all(piece.startswith("paragraph") for piece in pieces)
+
+
+def test_text_without_breaks_is_still_split_within_the_limit() -> None:
+    pieces = split_for_slack("x" * 1000, limit=300)
+    assert [len(piece) for piece in pieces] == [300, 300, 300, 100]
+    assert split_for_slack("   ") == []
