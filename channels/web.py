@@ -156,8 +156,8 @@ class WebChannel:
         ]
 
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
-        """Web replies are read by polling the feed; being committed is being delivered (the
-        gateway stores them as delivered, so this runs only for rows from older versions)."""
+        """Web replies are read by polling the feed: being committed is being delivered. (The
+        gateway stores web replies as delivered already; this covers any left pending.)"""
         return DeliveryReceipt(platform_message_id=message.message_id)
 
     async def post_message(self, request: Request) -> Response:

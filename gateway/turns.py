@@ -328,7 +328,10 @@ class TurnProcessor:
         error: str,
     ) -> None:
         async with self.database.session() as db:
-            if await InboxRepository(db).finish(event.id, status, at=self.clock(), error=error):
+            finished = await InboxRepository(db).finish(
+                event.id, status, at=self.clock(), error=error
+            )
+            if finished:
                 await self._enqueue(
                     db,
                     message,
@@ -338,7 +341,8 @@ class TurnProcessor:
                     session_id=session_id,
                     kind="notice",
                 )
-        self.on_reply()
+        if finished:
+            self.on_reply()
 
     async def _record_failure(
         self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser, exc: Exception

@@ -109,6 +109,16 @@ class TurnOutcome:
     compacted: bool
 
 
+@dataclass(frozen=True, slots=True)
+class LoadedContext:
+    """A turn's assembled context and the session facts read along with it."""
+
+    context: AssembledContext
+    messages_since_compaction: int
+    session_started: datetime
+    user_id: str
+
+
 class TokenEstimator:
     """Local token estimates, calibrated by what the API reports it actually counted."""
 
@@ -156,13 +166,16 @@ class SessionEngine:
 
     async def run_turn(self, session_id: str, *, thread_id: str = "") -> TurnOutcome:
         """Answer the session's latest user message; raises `LLMError` if the model fails."""
-        context, since_compaction, started = await self._context(session_id, thread_id)
+        loaded = await self._context(session_id, thread_id)
+        context = loaded.context
         policy = self.settings.compaction
         compacted = False
-        if policy.needed(self.tokens.estimate(context.history_tokens), since_compaction):
+        if policy.needed(
+            self.tokens.estimate(context.history_tokens), loaded.messages_since_compaction
+        ):
             compacted = await self.compactor.compact(session_id) is not None
             if compacted:
-                context, _, _ = await self._context(session_id, thread_id)
+                context = (await self._context(session_id, thread_id)).context
         if context.dropped_messages:
             # Only when compaction could not run and the history is over the whole budget.
             log.warning(
@@ -171,10 +184,10 @@ class SessionEngine:
                 count=context.dropped_messages,
             )
         messages, response, input_tokens, output_tokens = await self._call_with_tools(
-            context.request, session_id
+            context.request, loaded.user_id
         )
         notices = [COMPACTION_NOTICE] if compacted else []
-        if self.clock() - started > self.settings.suggest_new_after:
+        if self.clock() - loaded.session_started > self.settings.suggest_new_after:
             notices.append(SUGGEST_NEW_NOTICE)
         reply = response.text.strip() or "(no answer)"
         if notices:
@@ -193,12 +206,10 @@ class SessionEngine:
         self, session_id: str, thread_id: str = ""
     ) -> tuple[AssembledContext, int]:
         """The context of the next turn, and how many messages came since the last compaction."""
-        context, since_compaction, _ = await self._context(session_id, thread_id)
-        return context, since_compaction
+        loaded = await self._context(session_id, thread_id)
+        return loaded.context, loaded.messages_since_compaction
 
-    async def _context(
-        self, session_id: str, thread_id: str
-    ) -> tuple[AssembledContext, int, datetime]:
+    async def _context(self, session_id: str, thread_id: str) -> LoadedContext:
         now = self.clock()
         async with self.database.session() as db:
             sessions = SessionRepository(db)
@@ -239,10 +250,10 @@ class SessionEngine:
             max_tokens=self.settings.max_tokens,
             tools=tuple(tool.spec for tool in self.tools.values()),
         )
-        return context, len(rows), session.created_at
+        return LoadedContext(context, len(rows), session.created_at, session.user_id)
 
     async def _call_with_tools(
-        self, request: LLMRequest, session_id: str
+        self, request: LLMRequest, user_id: str
     ) -> tuple[list[NewMessage], LLMResponse, int, int]:
         produced: list[NewMessage] = []
         input_tokens = output_tokens = 0
@@ -254,7 +265,7 @@ class SessionEngine:
             output_tokens += response.output_tokens
             if response.stop_reason != "tool_use" or not response.tool_calls:
                 return produced, response, input_tokens, output_tokens
-            results = [await self._run_tool(call, session_id) for call in response.tool_calls]
+            results = [await self._run_tool(call, user_id) for call in response.tool_calls]
             call_message = NewMessage(
                 "assistant", response.text, response.output_tokens, response.blocks
             )
@@ -277,15 +288,12 @@ class SessionEngine:
             )
         raise LLMError(f"the model kept calling tools after {MAX_TOOL_ROUNDS} rounds")
 
-    async def _run_tool(self, call: ContentBlock, session_id: str) -> ContentBlock:
+    async def _run_tool(self, call: ContentBlock, user_id: str) -> ContentBlock:
         name = str(call.get("name"))
         tool = self.tools.get(name)
         result: ContentBlock = {"type": "tool_result", "tool_use_id": call.get("id")}
         if tool is None:
             return {**result, "content": f"unknown tool {name!r}", "is_error": True}
-        async with self.database.session() as db:
-            session = await SessionRepository(db).get(session_id)
-        user_id = session.user_id if session else ""
         try:
             output = await tool.run(call.get("input") or {}, user_id)
         except (ValueError, LookupError, StorageError) as exc:
