@@ -83,6 +83,8 @@ def create_app(runtime: GatewayRuntime) -> Starlette:
     ]
     if runtime.web is not None:
         routes.extend(runtime.web.routes())
+    if runtime.slack is not None and runtime.config.channels.slack.mode == "http":
+        routes.extend(runtime.slack.routes())
     app = Starlette(
         routes=routes,
         middleware=[Middleware(RequestMetricsMiddleware)],

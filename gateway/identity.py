@@ -2,15 +2,17 @@
 
 Admins declare users in `identity.users`; on start-up they (and their organizations) are
 written to the database with one channel identity per Slack id, Teams id, email address and
-web id. A sender nobody declared is either rejected (the default) or, with
-`identity.unknown_users: provision`, created on the fly when their workspace, tenant or email
-domain is on the allow-list.
+web id. A sender nobody declared is, with `identity.link_by_email: true`, linked to the
+configured user whose email address the platform reports for them (Slack `users.info`); else
+rejected (the default) or, with `identity.unknown_users: provision`, created on the fly when
+their workspace, tenant or email domain is on the allow-list.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from channels.base import ChannelMessage
@@ -109,19 +111,30 @@ def provisioned_user_id(channel_type: str, external_id: str) -> str:
     return f"{channel_type}-{digest}"
 
 
+EmailLookup = Callable[[str], Awaitable[str | None]]
+
+
 class IdentityResolver:
     """Maps a message's sender to a user, provisioning one where the config allows.
 
     Known senders are cached for `cache_ttl` seconds: the dispatcher looks them up for every
     scheduling pass, and identities change rarely (a change shows after at most the TTL).
+    `email_lookups` maps a channel to the function that asks the platform for a sender's email
+    address (used only with `identity.link_by_email`).
     """
 
     def __init__(
-        self, database: Database, config: GatewayConfig, *, cache_ttl: float = 30.0
+        self,
+        database: Database,
+        config: GatewayConfig,
+        *,
+        cache_ttl: float = 30.0,
+        email_lookups: Mapping[str, EmailLookup] | None = None,
     ) -> None:
         self.database = database
         self.config = config
         self.cache_ttl = cache_ttl
+        self.email_lookups = dict(email_lookups or {})
         self._cache: dict[str, tuple[float, ResolvedUser]] = {}
         self._keys_cache: dict[str, tuple[float, list[str]]] = {}
 
@@ -149,6 +162,9 @@ class IdentityResolver:
         known = await self.known_sender(f"{channel}:{external_id}")
         if known is not None:
             return known
+        linked = await self._link_by_email(channel, external_id)
+        if linked is not None:
+            return linked
         if not provisioning_allowed(self.config.identity, message):
             return None
         user_id = provisioned_user_id(channel, external_id)
@@ -159,6 +175,24 @@ class IdentityResolver:
             await users.link_identity(user_id, channel, external_id)
         log.info("identity.provisioned", user_id=user_id, channel=channel, tenant=message.tenant)
         return ResolvedUser(user_id, org_id, external_id, provisioned=True)
+
+    async def _link_by_email(self, channel: str, external_id: str) -> ResolvedUser | None:
+        """Link the sender to the configured user with the email address the platform reports."""
+        lookup = self.email_lookups.get(channel)
+        if not self.config.identity.link_by_email or lookup is None:
+            return None
+        email = await lookup(external_id)
+        if not email:
+            return None
+        async with self.database.session() as session:
+            users = UserRepository(session)
+            user = await users.find_by_identity("email", normalise_identifier("email", email))
+            if user is None or user.provisioned:
+                return None
+            await users.link_identity(user.id, channel, external_id)
+        self._keys_cache.pop(user.id, None)
+        log.info("identity.linked_by_email", user_id=user.id, channel=channel)
+        return ResolvedUser(user.id, user.org_id, user.display_name, user.provisioned)
 
     async def identity_keys(self, user_id: str) -> list[str]:
         """Every sender key of the user: the queues the dispatcher drains for them (cached

@@ -18,6 +18,7 @@ from channels.base import ChannelMessage
 from gateway.identity import ResolvedUser
 from gateway.log import get_logger
 from sessions.lifecycle import transition
+from storage.database import Database
 from storage.models import Session, SessionStatus
 from storage.repositories import OutboxRepository, SessionRepository
 
@@ -106,3 +107,31 @@ def _reactivate(candidate: Session, *, now: datetime, reason: str) -> bool:
         transition(candidate, SessionStatus.ACTIVE, at=now, reason=f"referenced by {reason}")
         return True
     return False
+
+
+class SessionThreads:
+    """Which threads of a channel belong to a session (the Slack adapter's thread directory).
+
+    A thread never stops belonging to its session, so positive answers are cached.
+    """
+
+    def __init__(self, database: Database, channel_type: str) -> None:
+        self.database = database
+        self.channel_type = channel_type
+        self._known: set[tuple[str, str]] = set()
+
+    async def has_thread(self, channel_id: str, thread_id: str) -> bool:
+        """True when a session owns the thread `thread_id` in `channel_id`."""
+        key = (channel_id, thread_id)
+        if key in self._known:
+            return True
+        async with self.database.session() as session:
+            owner = await SessionRepository(session).find_by_thread(
+                self.channel_type, channel_id, thread_id
+            )
+        if owner is None:
+            return False
+        if len(self._known) > 100_000:
+            self._known.clear()
+        self._known.add(key)
+        return True

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from channels.base import ChannelAdapter, ChannelType
 from channels.web import WebChannel, WebSettings
@@ -22,7 +23,7 @@ from gateway.locks import turn_locks_for
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxFeed, OutboxSender
-from gateway.router import RoutingPolicy
+from gateway.router import RoutingPolicy, SessionThreads
 from gateway.settings import GatewayConfig, TranscriptsConfig
 from gateway.turns import TurnProcessor, TurnSettings
 from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
@@ -32,6 +33,9 @@ from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from storage.database import Database
 from storage.models import utcnow
 from storage.transcripts import LocalTranscriptStore, TranscriptStore
+
+if TYPE_CHECKING:
+    from channels.slack import SlackChannel
 
 log = get_logger(__name__)
 
@@ -114,6 +118,33 @@ def open_engine(
     )
 
 
+def open_slack(
+    config: GatewayConfig, inbox: Inbox, database: Database, metrics: GatewayMetrics
+) -> SlackChannel | None:
+    """The Slack channel when enabled (slack-bolt is imported only then)."""
+    slack = config.channels.slack
+    if not slack.enabled:
+        return None
+    from channels.slack import SlackChannel, SlackSettings  # noqa: PLC0415
+
+    return SlackChannel(
+        SlackSettings(
+            bot_token=slack.bot_token.get_secret_value(),
+            signing_secret=slack.signing_secret.get_secret_value(),
+            mode=slack.mode,
+            app_token=slack.app_token.get_secret_value(),
+            allowed_team_ids=frozenset(slack.allowed_team_ids),
+            api_base_url=slack.api_base_url,
+            max_text_chars=slack.max_text_chars,
+        ),
+        inbox,
+        SessionThreads(database, ChannelType.SLACK.value),
+        on_rejected=lambda status, _reason: metrics.messages_rejected.labels(
+            "slack", str(status)
+        ).inc(),
+    )
+
+
 @dataclass
 class GatewayRuntime:
     """Everything request handlers and background loops need, wired from the config."""
@@ -129,6 +160,7 @@ class GatewayRuntime:
     outbox: OutboxSender
     jobs: BackgroundJobs
     web: WebChannel | None
+    slack: SlackChannel | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -156,6 +188,12 @@ class GatewayRuntime:
             await database.dispose()
             raise
         runtime = cls._wire(config, database, transcripts, clock)
+        try:
+            if runtime.slack is not None:
+                await runtime.slack.start()
+        except BaseException:
+            await runtime.close()
+            raise
         log.info(
             "gateway.started",
             database=database.display_url,
@@ -199,14 +237,25 @@ class GatewayRuntime:
             clock=clock,
             on_reply=outbox.notify,
         )
+        # The dispatcher is built below (it needs the Slack channel's email lookup); the
+        # inbox reaches it when the first message arrives.
+        inbox = Inbox(
+            database,
+            metrics,
+            clock=clock,
+            on_accept=lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
+        )
+        slack = open_slack(config, inbox, database, metrics)
+        if slack is not None:
+            adapters[ChannelType.SLACK] = slack
+        email_lookups = {ChannelType.SLACK.value: slack.email_of} if slack is not None else {}
         dispatcher = Dispatcher(
             database,
-            IdentityResolver(database, config),
+            IdentityResolver(database, config, email_lookups=email_lookups),
             locks,
             processor,
             max_concurrent_turns=config.sessions.max_concurrent_turns,
         )
-        inbox = Inbox(database, metrics, clock=clock, on_accept=dispatcher.notify)
         web = None
         if config.channels.web.enabled:
             web_config = config.channels.web
@@ -244,6 +293,7 @@ class GatewayRuntime:
             outbox=outbox,
             jobs=jobs,
             web=web,
+            slack=slack,
         )
 
     def start_background(self) -> None:
@@ -257,6 +307,8 @@ class GatewayRuntime:
 
     async def close(self) -> None:
         """Stop the loops (turns in flight finish; unfinished work stays in the database)."""
+        if self.slack is not None:
+            await self.slack.close()
         await self.dispatcher.stop()
         self.outbox.stop()
         self.jobs.stop()

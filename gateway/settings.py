@@ -470,6 +470,7 @@ class SlackChannelConfig(StrictModel):
     app_token: SecretStr = SecretStr("")
     allowed_team_ids: tuple[NonEmptyStr, ...] = ()
     api_base_url: str = "https://slack.com/api/"
+    max_text_chars: int = Field(default=16_000, ge=1)
 
     @field_validator("bot_token")
     @classmethod

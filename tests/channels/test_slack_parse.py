@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from channels.base import ChannelType
-from channels.slack import markdown_to_mrkdwn, parse_slack_event, slack_text, split_for_slack
+from channels.slack_format import markdown_to_mrkdwn, slack_text, split_for_slack
+from channels.slack_parse import parse_slack_event
 from storage.errors import ChannelPayloadError
 
 BOT = "UBOT0001"

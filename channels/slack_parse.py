@@ -1,0 +1,185 @@
+"""Slack payloads to `ChannelMessage`s: pure functions, no I/O.
+
+`parse_slack_event` reads an Events API envelope (`event_callback`) and returns the message
+the gateway should answer, or None for what it must ignore: its own and other bots' messages,
+edits and deletions, and channel messages that do not mention it (a mention arrives as its own
+`app_mention` event, so a `message` event that mentions the bot is ignored too, or it would be
+answered twice). A message the user shared into the conversation becomes `forwarded` content.
+`parse_slack_shortcut` reads the "Send to assistant" message shortcut.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from channels.base import Attachment, ChannelMessage, ChannelType, ForwardedContent
+from channels.slack_format import slack_text
+from storage.errors import ChannelPayloadError
+
+IGNORED_SUBTYPES = frozenset(
+    {"message_changed", "message_deleted", "bot_message", "channel_join", "channel_leave"}
+)
+
+
+def _timestamp(ts: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(float(ts), UTC)
+    except (TypeError, ValueError) as exc:
+        raise ChannelPayloadError(f"invalid Slack timestamp {ts!r}") from exc
+
+
+def _bot_user_id(envelope: Mapping[str, Any]) -> str:
+    for authorization in envelope.get("authorizations") or ():
+        if isinstance(authorization, Mapping) and authorization.get("is_bot"):
+            return str(authorization.get("user_id", ""))
+    return ""
+
+
+def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    files = event.get("files") or ()
+    return tuple(
+        Attachment(
+            filename=str(item.get("name") or item.get("title") or "file"),
+            content_type=str(item.get("mimetype") or "application/octet-stream"),
+            size=int(item.get("size") or 0),
+            url=item.get("url_private"),
+        )
+        for item in files
+        if isinstance(item, Mapping)
+    )
+
+
+def permalink(team_domain: str, channel: str, ts: str) -> str:
+    """The web link of a message, built the way Slack builds it (no API call needed)."""
+    if not (team_domain and channel and ts):
+        return ""
+    return f"https://{team_domain}.slack.com/archives/{channel}/p{ts.replace('.', '')}"
+
+
+def _shared_message(event: Mapping[str, Any], names: Mapping[str, str]) -> ForwardedContent | None:
+    """A message the user shared into the conversation (Slack's "share message"), if any."""
+    for item in event.get("attachments") or ():
+        if isinstance(item, Mapping) and (item.get("is_share") or item.get("is_msg_unfurl")):
+            author = str(item.get("author_id") or item.get("author_name") or "")
+            channel = str(item.get("channel_name") or item.get("channel_id") or "")
+            return ForwardedContent(
+                sender=author,
+                sender_name=str(item.get("author_name") or names.get(author, author)),
+                subject=f"Slack message in #{channel}" if channel else "Slack message",
+                date=_iso_date(item.get("ts")),
+                body=slack_text(str(item.get("text") or ""), names),
+                link=str(item.get("from_url") or ""),
+            )
+    return None
+
+
+def _iso_date(ts: object) -> str:
+    try:
+        return datetime.fromtimestamp(float(str(ts)), UTC).isoformat()
+    except (TypeError, ValueError):
+        return ""
+
+
+def parse_slack_event(
+    envelope: Mapping[str, Any], names: Mapping[str, str] | None = None
+) -> ChannelMessage | None:
+    """The message in an `event_callback` envelope, or None when the gateway ignores it.
+
+    Raises `ChannelPayloadError` when the envelope lacks what every event has.
+    """
+    if envelope.get("type") != "event_callback":
+        return None
+    event = envelope.get("event")
+    event_id = envelope.get("event_id")
+    team_id = envelope.get("team_id") or ""
+    if not isinstance(event, Mapping) or not isinstance(event_id, str) or not event_id:
+        raise ChannelPayloadError("an event_callback needs 'event' and 'event_id'")
+    kind = event.get("type")
+    if kind not in ("message", "app_mention"):
+        return None
+    bot_user = _bot_user_id(envelope)
+    user = event.get("user")
+    if (
+        event.get("bot_id")
+        or event.get("subtype") in IGNORED_SUBTYPES
+        or not isinstance(user, str)
+        or (bot_user and user == bot_user)
+    ):
+        return None
+    channel = event.get("channel")
+    ts = event.get("ts")
+    if not isinstance(channel, str) or not isinstance(ts, str):
+        raise ChannelPayloadError("a message event needs 'channel' and 'ts'")
+    text = str(event.get("text") or "")
+    thread_ts = str(event.get("thread_ts") or "")
+    direct = event.get("channel_type") == "im" or channel.startswith("D")
+    mentions_bot = bool(bot_user) and f"<@{bot_user}" in text
+    if kind == "message" and not direct and (mentions_bot or not thread_ts):
+        return None  # mentions come as app_mention; other channel chatter is not for us
+    if kind == "app_mention" and not thread_ts:
+        thread_ts = ts  # a mention in a channel starts a thread under the mentioning message
+    if bot_user:
+        text = re.sub(rf"<@{re.escape(bot_user)}(\|[^>]*)?>\s*", "", text)
+    return ChannelMessage(
+        channel_type=ChannelType.SLACK,
+        channel_id=channel,
+        message_id=event_id,
+        user_identifier=f"{team_id}:{user}",
+        content=slack_text(text, names).strip(),
+        timestamp=_timestamp(ts),
+        thread_id=thread_ts,
+        tenant=team_id,
+        attachments=_attachments(event),
+        forwarded=_shared_message(event, names or {}),
+        reply_context={"channel": channel, "thread_ts": thread_ts or None, "team_id": team_id},
+        raw=dict(envelope),
+    )
+
+
+def parse_slack_shortcut(
+    payload: Mapping[str, Any], names: Mapping[str, str] | None = None
+) -> ChannelMessage:
+    """The message behind a "Send to assistant" message shortcut: the shared message becomes
+    `forwarded` content (author, channel, permalink) and the answer goes to the user's DM.
+
+    Raises `ChannelPayloadError` when the payload lacks what a message shortcut has.
+    """
+    names = names or {}
+    team = payload.get("team") or {}
+    user = payload.get("user") or {}
+    channel = payload.get("channel") or {}
+    shared = payload.get("message") or {}
+    trigger = payload.get("trigger_id")
+    if not all(isinstance(part, Mapping) for part in (team, user, channel, shared)):
+        raise ChannelPayloadError("a message shortcut needs 'team', 'user', 'channel', 'message'")
+    user_id, team_id = user.get("id"), team.get("id") or user.get("team_id") or ""
+    if not isinstance(user_id, str) or not user_id or not isinstance(trigger, str) or not trigger:
+        raise ChannelPayloadError("a message shortcut needs 'user.id' and 'trigger_id'")
+    ts = str(shared.get("ts") or payload.get("message_ts") or "")
+    channel_id = str(channel.get("id") or "")
+    author = str(shared.get("user") or shared.get("bot_id") or "")
+    forwarded = ForwardedContent(
+        sender=author,
+        sender_name=names.get(author, author),
+        subject=f"Slack message in #{channel.get('name') or channel_id}",
+        date=_iso_date(ts),
+        body=slack_text(str(shared.get("text") or ""), names),
+        link=permalink(str(team.get("domain") or ""), channel_id, ts),
+    )
+    return ChannelMessage(
+        channel_type=ChannelType.SLACK,
+        # Posting to a user id delivers to the app's direct message with that user.
+        channel_id=user_id,
+        message_id=f"shortcut:{trigger}",
+        user_identifier=f"{team_id}:{user_id}",
+        content="Please look at this Slack message.",
+        timestamp=_timestamp(str(payload.get("action_ts") or ts or "0")),
+        tenant=str(team_id),
+        attachments=_attachments(shared),
+        forwarded=forwarded,
+        reply_context={"channel": user_id, "thread_ts": None, "team_id": team_id},
+        raw=dict(payload),
+    )

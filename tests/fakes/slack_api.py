@@ -1,0 +1,204 @@
+"""A fake Slack Web API on a loopback port, for the real `slack_sdk` client, and a signer that
+sends events to the gateway exactly as Slack signs them.
+
+The API records every call (`calls`: method and parameters) and answers `auth.test`,
+`users.info` (from `people`), `chat.postMessage`, `chat.update` and `apps.connections.open`
+(pointing at `socket_url`). `script` makes the next `chat.postMessage` calls fail: with HTTP 429
+and `Retry-After`, a 5xx, or a Slack error code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tests.e2e.harness import free_port
+
+TEAM = "T0001"
+BOT_USER = "UBOT0001"
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # Slack's documented example secret
+
+
+@dataclass
+class SlackFailure:
+    """One scripted `chat.postMessage` failure."""
+
+    status: int = 429
+    error: str = "ratelimited"
+    retry_after: str | None = "1"
+
+
+@dataclass
+class SlackCall:
+    """One recorded Web API call."""
+
+    method: str
+    params: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+
+
+class FakeSlackAPI:
+    """The server; use as a context manager. `url` is the client's `base_url`."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/api/"
+        self.calls: list[SlackCall] = []
+        self.script: deque[SlackFailure] = deque()
+        self.people: dict[str, dict[str, Any]] = {}
+        self.socket_url = ""
+        self._ts = 0
+        self._lock = threading.Lock()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def posts(self, channel: str | None = None) -> list[dict[str, Any]]:
+        """The parameters of every successful `chat.postMessage`, optionally in one channel."""
+        return [
+            call.params
+            for call in self.calls
+            if call.method == "chat.postMessage"
+            and call.params.get("ok")
+            and (channel is None or call.params.get("channel") == channel)
+        ]
+
+    async def _call(self, request: Request) -> Response:
+        method = request.path_params["method"]
+        body = await request.body()
+        if request.headers.get("content-type", "").startswith("application/json"):
+            params: dict[str, Any] = json.loads(body or b"{}")
+        else:
+            params = dict(parse_qsl(body.decode()))
+        params.update(request.query_params)
+        call = SlackCall(method, params)
+        self.calls.append(call)
+        if method == "auth.test":
+            return JSONResponse(
+                {"ok": True, "user_id": BOT_USER, "bot_id": "B0001", "team_id": TEAM}
+            )
+        if method == "users.info":
+            person = self.people.get(str(params.get("user")))
+            if person is None:
+                return JSONResponse({"ok": False, "error": "user_not_found"})
+            return JSONResponse({"ok": True, "user": person})
+        if method == "apps.connections.open":
+            return JSONResponse({"ok": True, "url": self.socket_url})
+        if method in ("chat.postMessage", "chat.update"):
+            return self._post(call)
+        return JSONResponse({"ok": False, "error": "unknown_method"}, status_code=404)
+
+    def _post(self, call: SlackCall) -> Response:
+        failure = self.script.popleft() if self.script else None
+        if failure is not None:
+            headers = {"Retry-After": failure.retry_after} if failure.retry_after else {}
+            return JSONResponse(
+                {"ok": False, "error": failure.error}, status_code=failure.status, headers=headers
+            )
+        with self._lock:
+            self._ts += 1
+            ts = f"1800000000.{self._ts:06d}"
+        call.params["ok"] = True
+        call.params["ts"] = ts
+        return JSONResponse({"ok": True, "channel": call.params.get("channel"), "ts": ts})
+
+    def __enter__(self) -> FakeSlackAPI:
+        app = Starlette(routes=[Route("/api/{method}", self._call, methods=["GET", "POST"])])
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off")
+        )
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the fake Slack API did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def sign(
+    body: bytes, *, secret: str = SIGNING_SECRET, timestamp: int | None = None
+) -> dict[str, str]:
+    """The headers Slack sends with `body`: HMAC-SHA256 over `v0:{timestamp}:{body}`."""
+    stamp = str(int(time.time()) if timestamp is None else timestamp)
+    digest = hmac.new(secret.encode(), f"v0:{stamp}:".encode() + body, hashlib.sha256)
+    return {
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": f"v0={digest.hexdigest()}",
+    }
+
+
+async def send_event(
+    client: httpx.AsyncClient,
+    envelope: dict[str, Any],
+    *,
+    retry: int = 0,
+    secret: str = SIGNING_SECRET,
+) -> httpx.Response:
+    """POST a signed Events API envelope to `/slack/events` (as a retry when `retry` > 0)."""
+    body = json.dumps(envelope).encode()
+    headers = {"Content-Type": "application/json", **sign(body, secret=secret)}
+    if retry:
+        headers["X-Slack-Retry-Num"] = str(retry)
+        headers["X-Slack-Retry-Reason"] = "http_timeout"
+    return await client.post("/slack/events", content=body, headers=headers)
+
+
+async def send_shortcut(
+    client: httpx.AsyncClient, payload: dict[str, Any], *, secret: str = SIGNING_SECRET
+) -> httpx.Response:
+    """POST a signed interactivity payload (form-encoded `payload=`) to `/slack/events`."""
+    body = httpx.QueryParams({"payload": json.dumps(payload)}).__str__().encode()
+    headers = {"Content-Type": "application/x-www-form-urlencoded", **sign(body, secret=secret)}
+    return await client.post("/slack/events", content=body, headers=headers)
+
+
+def event_envelope(event: dict[str, Any], event_id: str, *, team: str = TEAM) -> dict[str, Any]:
+    """An `event_callback` envelope shaped like Slack's documented example."""
+    return {
+        "token": "legacy-verification-token",
+        "team_id": team,
+        "api_app_id": "A0001",
+        "event": event,
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()),
+        "authorizations": [
+            {"enterprise_id": None, "team_id": team, "user_id": BOT_USER, "is_bot": True}
+        ],
+        "is_ext_shared_channel": False,
+    }
+
+
+def direct_message(text: str, *, user: str = "U0001", ts: str, **fields: Any) -> dict[str, Any]:
+    """A `message.im` event."""
+    return {
+        "type": "message",
+        "channel": "D0001",
+        "channel_type": "im",
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "event_ts": ts,
+        **fields,
+    }
