@@ -40,7 +40,7 @@ from channels.base import (
     OutboundMessage,
 )
 from channels.slack_format import markdown_to_mrkdwn, split_for_slack
-from channels.slack_parse import parse_slack_event, parse_slack_shortcut
+from channels.slack_parse import SHORTCUT_CALLBACK_ID, parse_slack_event, parse_slack_shortcut
 from storage.errors import ChannelAuthError, ChannelPayloadError, DeliveryError, StorageError
 
 log = structlog.stdlib.get_logger(__name__)
@@ -137,6 +137,7 @@ class SlackChannel:
         self._notices: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._socket: Any = None
+
         # bolt passes arguments by parameter name and counts `self` as one: hand it functions.
         async def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
             return self._authorize(enterprise_id, team_id)
@@ -166,7 +167,7 @@ class SlackChannel:
         )
         self.app.middleware(allowed_team)
         self.app.event(re.compile(r".+"))(on_event)
-        self.app.shortcut("send_to_assistant")(on_shortcut)
+        self.app.shortcut(SHORTCUT_CALLBACK_ID)(on_shortcut)
 
     # --- life cycle -------------------------------------------------------------------------
 

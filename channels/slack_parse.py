@@ -19,6 +19,7 @@ from channels.base import Attachment, ChannelMessage, ChannelType, ForwardedCont
 from channels.slack_format import slack_text
 from storage.errors import ChannelPayloadError
 
+SHORTCUT_CALLBACK_ID = "send_to_assistant"  # config/slack-app-manifest.yaml declares it
 IGNORED_SUBTYPES = frozenset(
     {"message_changed", "message_deleted", "bot_message", "channel_join", "channel_leave"}
 )

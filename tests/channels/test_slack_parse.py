@@ -9,7 +9,7 @@ import pytest
 
 from channels.base import ChannelType
 from channels.slack_format import markdown_to_mrkdwn, slack_text, split_for_slack
-from channels.slack_parse import parse_slack_event
+from channels.slack_parse import parse_slack_event, parse_slack_shortcut
 from storage.errors import ChannelPayloadError
 
 BOT = "UBOT0001"
@@ -177,3 +177,60 @@ def test_text_without_breaks_is_still_split_within_the_limit() -> None:
     pieces = split_for_slack("x" * 1000, limit=300)
     assert [len(piece) for piece in pieces] == [300, 300, 300, 100]
     assert split_for_slack("   ") == []
+
+
+def test_a_message_shared_into_a_dm_becomes_forwarded_content() -> None:
+    shared = {
+        "is_share": True,
+        "is_msg_unfurl": True,
+        "author_id": "U0009",
+        "author_name": "Carol",
+        "channel_id": "C0002",
+        "channel_name": "deals",
+        "from_url": "https://acme.slack.com/archives/C0002/p1700000350000200",
+        "text": "Acme signed for <https://acme.example/deal|300 anvils>",
+        "ts": "1700000350.000200",
+    }
+    message = parse_slack_event(envelope(dm(text="what do you think?", attachments=[shared])))
+    assert message is not None
+    assert message.content == "what do you think?"
+    assert message.forwarded is not None
+    assert message.forwarded.sender_name == "Carol"
+    assert message.forwarded.subject == "Slack message in #deals"
+    assert message.forwarded.body == "Acme signed for 300 anvils (https://acme.example/deal)"
+    assert message.forwarded.link == shared["from_url"]
+    assert message.forwarded.date.startswith("2023-11-14T22:19:10")
+
+
+def shortcut_payload(**fields: Any) -> dict[str, Any]:
+    return {
+        "type": "message_action",
+        "callback_id": "send_to_assistant",
+        "trigger_id": "13345224609.738474920.8088930838d88f008e0",
+        "action_ts": "1700000400.000100",
+        "team": {"id": "T0001", "domain": "acme"},
+        "user": {"id": "U0001", "username": "alice", "team_id": "T0001"},
+        "channel": {"id": "C0002", "name": "deals"},
+        "message": {"type": "message", "user": "U0009", "text": "Ship on Friday", "ts": "17.5"},
+        "message_ts": "17.5",
+        **fields,
+    }
+
+
+def test_the_send_to_assistant_shortcut_forwards_the_message_with_its_permalink() -> None:
+    message = parse_slack_shortcut(shortcut_payload(), {"U0009": "Carol"})
+    assert message.message_id == "shortcut:13345224609.738474920.8088930838d88f008e0"
+    assert (message.user_identifier, message.channel_id) == ("T0001:U0001", "U0001")
+    assert message.forwarded is not None
+    assert (message.forwarded.sender, message.forwarded.sender_name) == ("U0009", "Carol")
+    assert message.forwarded.body == "Ship on Friday"
+    assert message.forwarded.link == "https://acme.slack.com/archives/C0002/p175"
+    assert message.reply_context["channel"] == "U0001"
+
+
+@pytest.mark.parametrize("missing", ["user", "trigger_id"])
+def test_a_shortcut_without_its_user_or_trigger_is_refused(missing: str) -> None:
+    payload = shortcut_payload()
+    del payload[missing]
+    with pytest.raises(ChannelPayloadError):
+        parse_slack_shortcut(payload)

@@ -3,8 +3,9 @@ sends events to the gateway exactly as Slack signs them.
 
 The API records every call (`calls`: method and parameters) and answers `auth.test`,
 `users.info` (from `people`), `chat.postMessage`, `chat.update` and `apps.connections.open`
-(pointing at `socket_url`). `script` makes the next `chat.postMessage` calls fail: with HTTP 429
-and `Retry-After`, a 5xx, or a Slack error code.
+(pointing at `socket_url`). `script` makes the next `chat.postMessage` calls fail, and
+`fail_attempts` chosen ones (by their number): with HTTP 429 and `Retry-After`, a 5xx, or a
+Slack error code.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class FakeSlackAPI:
         self.script: deque[SlackFailure] = deque()
         self.people: dict[str, dict[str, Any]] = {}
         self.socket_url = ""
+        self.auth_error: str | None = None
+        self.fail_attempts: dict[int, SlackFailure] = {}  # nth chat.postMessage (1-based)
+        self._attempts = 0
         self._ts = 0
         self._lock = threading.Lock()
         self._server: uvicorn.Server | None = None
@@ -86,6 +90,8 @@ class FakeSlackAPI:
         params.update(request.query_params)
         call = SlackCall(method, params)
         self.calls.append(call)
+        if method == "auth.test" and self.auth_error:
+            return JSONResponse({"ok": False, "error": self.auth_error})
         if method == "auth.test":
             return JSONResponse(
                 {"ok": True, "user_id": BOT_USER, "bot_id": "B0001", "team_id": TEAM}
@@ -102,7 +108,12 @@ class FakeSlackAPI:
         return JSONResponse({"ok": False, "error": "unknown_method"}, status_code=404)
 
     def _post(self, call: SlackCall) -> Response:
-        failure = self.script.popleft() if self.script else None
+        with self._lock:
+            self._attempts += 1
+            attempt = self._attempts
+        failure = self.fail_attempts.get(attempt)
+        if failure is None and self.script:
+            failure = self.script.popleft()
         if failure is not None:
             headers = {"Retry-After": failure.retry_after} if failure.retry_after else {}
             return JSONResponse(
