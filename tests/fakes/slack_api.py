@@ -126,8 +126,21 @@ class FakeSlackAPI:
         call.params["ts"] = ts
         return JSONResponse({"ok": True, "channel": call.params.get("channel"), "ts": ts})
 
+    async def _posted(self, _request: Request) -> Response:
+        # For a benchmark running this server as a process of its own.
+        return JSONResponse([post["channel"] for post in self.posts()])
+
+    def app(self) -> Starlette:
+        """The ASGI app: the Web API under `/api/`, and `/_posted` (channels posted to)."""
+        return Starlette(
+            routes=[
+                Route("/api/{method}", self._call, methods=["GET", "POST"]),
+                Route("/_posted", self._posted, methods=["GET"]),
+            ]
+        )
+
     def __enter__(self) -> FakeSlackAPI:
-        app = Starlette(routes=[Route("/api/{method}", self._call, methods=["GET", "POST"])])
+        app = self.app()
         self._server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off")
         )
@@ -213,3 +226,18 @@ def direct_message(text: str, *, user: str = "U0001", ts: str, **fields: Any) ->
         "event_ts": ts,
         **fields,
     }
+
+
+def main() -> None:
+    """Serve the fake on `--port` until killed (`python -m tests.fakes.slack_api`)."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description="A fake Slack Web API on loopback.")
+    parser.add_argument("--port", type=int, required=True)
+    port = parser.parse_args().port
+    api = FakeSlackAPI()
+    uvicorn.run(api.app(), host="127.0.0.1", port=port, log_config=None, access_log=False)
+
+
+if __name__ == "__main__":
+    main()
