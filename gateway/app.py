@@ -85,6 +85,8 @@ def create_app(runtime: GatewayRuntime) -> Starlette:
         routes.extend(runtime.web.routes())
     if runtime.slack is not None and runtime.config.channels.slack.mode == "http":
         routes.extend(runtime.slack.routes())
+    if runtime.teams is not None:
+        routes.extend(runtime.teams.routes())
     app = Starlette(
         routes=routes,
         middleware=[Middleware(RequestMetricsMiddleware)],

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from gateway.admin_cli import add_admin_commands
 from gateway.config import check_config, load_config
 from gateway.log import configure_logging
 from storage.errors import ConfigError, GatewayError
@@ -44,6 +45,17 @@ def _parser() -> argparse.ArgumentParser:
     upgrade = db_commands.add_parser("upgrade", help="apply the database migrations")
     upgrade.add_argument("--config", type=Path, help="YAML config (default: embedded defaults)")
     upgrade.set_defaults(handler=_db_upgrade)
+
+    add_admin_commands(commands)
+
+    teams = commands.add_parser("teams", help="Microsoft Teams tools")
+    teams_commands = teams.add_subparsers(dest="teams_command", required=True)
+    package = teams_commands.add_parser("package", help="build the sideloadable Teams app zip")
+    package.add_argument("--config", type=Path, required=True, help="YAML config (app id)")
+    package.add_argument("--out", type=Path, required=True, help="the zip to write")
+    package.add_argument("--name", default="Assistant", help="the app's short name (<= 30)")
+    package.add_argument("--version", default="1.0.0", help="the app package version (semver)")
+    package.set_defaults(handler=_teams_package)
     return parser
 
 
@@ -97,4 +109,15 @@ def _run(args: argparse.Namespace) -> int:
     from gateway.server import serve  # noqa: PLC0415  (the server stack: only for `run`)
 
     asyncio.run(serve(config))
+    return EXIT_OK
+
+
+def _teams_package(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    from channels.teams_package import build_app_package  # noqa: PLC0415  (only for this command)
+
+    path = build_app_package(
+        config.channels.teams.app_id, args.name, args.out, version=args.version
+    )
+    print(f"Teams app package written to {path}")
     return EXIT_OK

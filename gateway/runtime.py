@@ -36,6 +36,7 @@ from storage.transcripts import LocalTranscriptStore, TranscriptStore
 
 if TYPE_CHECKING:
     from channels.slack import SlackChannel
+    from channels.teams import TeamsChannel
 
 log = get_logger(__name__)
 
@@ -145,6 +146,32 @@ def open_slack(
     )
 
 
+def open_teams(
+    config: GatewayConfig, inbox: Inbox, metrics: GatewayMetrics, clock: Callable[[], datetime]
+) -> TeamsChannel | None:
+    """The Teams channel when enabled (botbuilder is imported only then)."""
+    teams = config.channels.teams
+    if not teams.enabled:
+        return None
+    from channels.teams import TeamsChannel, TeamsSettings  # noqa: PLC0415
+
+    return TeamsChannel(
+        TeamsSettings(
+            app_id=teams.app_id,
+            app_password=teams.app_password.get_secret_value(),
+            tenant_ids=tuple(teams.tenant_ids),
+            openid_metadata_url=teams.openid_metadata_url or None,
+            oauth_token_url=teams.oauth_token_url or None,
+            insecure_dev_mode=teams.insecure_dev_mode,
+        ),
+        inbox,
+        clock=clock,
+        on_rejected=lambda status, _reason: metrics.messages_rejected.labels(
+            "teams", str(status)
+        ).inc(),
+    )
+
+
 @dataclass
 class GatewayRuntime:
     """Everything request handlers and background loops need, wired from the config."""
@@ -161,6 +188,7 @@ class GatewayRuntime:
     jobs: BackgroundJobs
     web: WebChannel | None
     slack: SlackChannel | None = None
+    teams: TeamsChannel | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -248,6 +276,9 @@ class GatewayRuntime:
         slack = open_slack(config, inbox, database, metrics)
         if slack is not None:
             adapters[ChannelType.SLACK] = slack
+        teams = open_teams(config, inbox, metrics, clock)
+        if teams is not None:
+            adapters[ChannelType.TEAMS] = teams
         email_lookups = {ChannelType.SLACK.value: slack.email_of} if slack is not None else {}
         dispatcher = Dispatcher(
             database,
@@ -294,6 +325,7 @@ class GatewayRuntime:
             jobs=jobs,
             web=web,
             slack=slack,
+            teams=teams,
         )
 
     def start_background(self) -> None:
@@ -309,6 +341,8 @@ class GatewayRuntime:
         """Stop the loops (turns in flight finish; unfinished work stays in the database)."""
         if self.slack is not None:
             await self.slack.close()
+        if self.teams is not None:
+            await self.teams.close()
         await self.dispatcher.stop()
         self.outbox.stop()
         self.jobs.stop()

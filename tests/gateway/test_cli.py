@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -230,3 +231,37 @@ def test_run_with_an_s3_transcript_store_serves(
     metrics = httpx.get(f"{running.base_url}/metrics").text
     assert 'transcripts="s3"' in metrics
     assert running.stop()[0] == 0
+
+
+TEAMS_APP_ID = "2b7e6a0c-3f4d-4c1a-9e2b-5d6f7a8b9c0d"
+
+
+def test_teams_package_writes_a_sideloadable_zip_from_the_config(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        free_port(),
+        f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}",
+        f'channels:\n  teams: {{app_id: "{TEAMS_APP_ID}"}}\n',
+    )
+    out = tmp_path / "teams-app.zip"
+    result = gateway(
+        "teams", "package", "--config", str(config), "--out", str(out), "--name", "Acme Helper"
+    )
+    assert result.returncode == 0, result.stderr
+    assert str(out) in result.stdout
+    with zipfile.ZipFile(out) as package:
+        assert sorted(package.namelist()) == ["color.png", "manifest.json", "outline.png"]
+        manifest = json.loads(package.read("manifest.json"))
+    assert manifest["id"] == TEAMS_APP_ID
+    assert manifest["bots"][0]["botId"] == TEAMS_APP_ID
+    assert manifest["name"]["short"] == "Acme Helper"
+
+
+def test_teams_package_without_an_app_id_exits_2_naming_the_key(tmp_path: Path) -> None:
+    config = write_config(tmp_path, free_port(), f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}")
+    out = tmp_path / "teams-app.zip"
+    result = gateway("teams", "package", "--config", str(config), "--out", str(out))
+    assert result.returncode == 2
+    assert "channels.teams.app_id" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()

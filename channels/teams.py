@@ -1,0 +1,339 @@
+"""The Microsoft Teams channel, on the Bot Framework SDK (botbuilder 4.17).
+
+`POST /api/messages` receives activities: the JWT in `Authorization` is validated first
+(`teams_auth`), then the activity is parsed (`teams_activity`, pure) and handed to the inbox;
+Teams gets its 200 only after the inbox committed the message, 503 when it could not (Teams
+resends). Replies go out through the Bot Connector at the activity's service URL, addressed by
+the conversation reference the parse step put into `reply_context`, so the outbox can send
+them long after the request (proactive messaging), into the same reply chain.
+
+Bot Framework specifics stay in `teams*.py`, so a move to the M365 Agents SDK touches only them.
+
+HTTP answers: 200 (accepted, duplicate, ignored, or answered in chat), 400 malformed activity,
+401 failed authentication or tenant not allowed, 413 body too large, 503 message not stored or
+signing keys unavailable. Every refusal is logged (`teams.auth_rejected`, `teams.rejected`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+import requests
+import structlog
+from botbuilder.core import TurnContext  # type: ignore[import-untyped]  # (untyped SDK)
+from botbuilder.schema import (  # type: ignore[import-untyped]
+    Activity,
+    ActivityTypes,
+    ConversationReference,
+    TextFormatTypes,
+)
+from botframework.connector.aio import ConnectorClient  # type: ignore[import-untyped]
+from msrest.exceptions import ClientRequestError, HttpOperationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from channels.base import ChannelType, DeliveryReceipt, InboxPort, OutboundMessage
+from channels.teams_activity import (
+    REPLY_CHAIN_MARKER,
+    bot_was_added,
+    conversation_reference,
+    ignore_reason,
+    parse_teams_activity,
+    split_conversation_id,
+    tenant_of,
+)
+from channels.teams_auth import (
+    BOT_FRAMEWORK_ISSUER,
+    DEFAULT_OPENID_METADATA_URL,
+    DEFAULT_SCOPE,
+    DEFAULT_TOKEN_URL,
+    ActivityAuthenticator,
+    BotCredentials,
+    SigningKeys,
+    SigningKeysUnavailableError,
+    TeamsCredentialsFactory,
+)
+from storage.errors import (
+    ChannelAuthError,
+    ChannelPayloadError,
+    ConfigError,
+    DeliveryError,
+    StorageError,
+)
+
+__all__ = ["TeamsChannel", "TeamsSettings", "parse_teams_activity"]
+
+log = structlog.stdlib.get_logger(__name__)
+
+MAX_BODY_BYTES = 1_048_576
+WELCOME_TEXT = (
+    "Hello! I'm your assistant. Write to me here, or mention me in a channel to ask something "
+    "there. Type /help to see the commands."
+)
+_PERMANENT_STATUSES = range(400, 500)
+_THROTTLED_STATUSES = (429, 503)
+
+
+@dataclass(frozen=True, slots=True)
+class TeamsSettings:
+    """The Teams channel's configuration (the gateway builds it from `channels.teams`).
+
+    Empty `openid_metadata_url` / `oauth_token_url` mean the public cloud's endpoints; the
+    issuer and scope change only for sovereign clouds.
+    """
+
+    app_id: str
+    app_password: str
+    tenant_ids: tuple[str, ...] = ()
+    openid_metadata_url: str | None = None
+    oauth_token_url: str | None = None
+    insecure_dev_mode: bool = False
+    max_text_chars: int = 16_000  # longer → a polite chat reply, not processed
+    token_issuer: str = BOT_FRAMEWORK_ISSUER
+    oauth_scope: str = DEFAULT_SCOPE
+    request_timeout: float = 30.0
+
+
+class _Refusal(Exception):  # noqa: N818  (an HTTP answer, not an error of the program)
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class TeamsChannel:
+    """The Teams channel: its HTTP route, and sending replies through the Bot Connector."""
+
+    channel_type = ChannelType.TEAMS
+
+    def __init__(
+        self,
+        settings: TeamsSettings,
+        inbox: InboxPort,
+        *,
+        clock: Callable[[], datetime],
+        on_rejected: Callable[[int, str], None] | None = None,
+    ) -> None:
+        """Raises `ConfigError` without an app id and password, unless `insecure_dev_mode`."""
+        for key, value in (("app_id", settings.app_id), ("app_password", settings.app_password)):
+            if not value.strip() and not settings.insecure_dev_mode:
+                raise ConfigError(
+                    f"channels.teams.{key} is required (unless insecure_dev_mode: true)"
+                )
+        self.settings = settings
+        self.inbox = inbox
+        self.clock = clock
+        self.on_rejected = on_rejected or (lambda _status, _reason: None)
+        self._http = httpx.AsyncClient(timeout=settings.request_timeout)
+        self._credentials = BotCredentials(
+            settings.app_id,
+            settings.app_password,
+            token_url=settings.oauth_token_url or DEFAULT_TOKEN_URL,
+            scope=settings.oauth_scope,
+            http=self._http,
+        )
+        keys = SigningKeys(settings.openid_metadata_url or DEFAULT_OPENID_METADATA_URL, self._http)
+        self._authenticator = ActivityAuthenticator(
+            TeamsCredentialsFactory(settings.app_id, self._credentials),
+            keys,
+            issuer=settings.token_issuer,
+        )
+        self._connectors: dict[str, Any] = {}
+        self._exits = AsyncExitStack()
+        if settings.insecure_dev_mode:
+            log.warning(
+                "teams.verification_disabled",
+                reason="insecure_dev_mode: inbound JWTs are not verified",
+            )
+
+    def routes(self) -> list[Route]:
+        """The channel's route, mounted by the gateway's app."""
+        return [Route("/api/messages", self.post_activity, methods=["POST"])]
+
+    async def post_activity(self, request: Request) -> Response:
+        """Authenticate, parse and store one activity; 200 only once the inbox committed it."""
+        try:
+            activity = await _activity_body(request)
+            await self._authenticate(request, activity)
+        except SigningKeysUnavailableError as exc:
+            return self._refuse(_Refusal(503, str(exc)), "teams.rejected")
+        except ChannelAuthError as exc:
+            return self._refuse(_Refusal(401, str(exc)), "teams.auth_rejected")
+        except _Refusal as exc:
+            return self._refuse(exc, "teams.rejected")
+        return await self._handle(activity)
+
+    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
+        """Post a reply (Markdown) where `reply_context` points; raises `DeliveryError`."""
+        reference = message.reply_context.get("conversation_reference")
+        if not isinstance(reference, Mapping) or not reference.get("serviceUrl"):
+            raise DeliveryError("no Teams conversation reference to reply to", permanent=True)
+        thread = message.thread_id or str(message.reply_context.get("thread_root") or "")
+        return await self._post(reference, message.content, thread)
+
+    async def close(self) -> None:
+        """Close the connector sessions and the HTTP client; drop the keys from the SDK's cache."""
+        await self._exits.aclose()
+        self._connectors.clear()
+        self._authenticator.forget_keys()
+        await self._http.aclose()
+
+    async def _authenticate(self, request: Request, activity: Mapping[str, Any]) -> None:
+        if not self.settings.insecure_dev_mode:
+            await self._authenticator.authenticate(
+                request.headers.get("authorization"),
+                channel_id=str(activity["channelId"]),
+                service_url=str(activity["serviceUrl"]),
+            )
+        tenant = tenant_of(activity)
+        if self.settings.tenant_ids and tenant not in self.settings.tenant_ids:
+            raise ChannelAuthError(f"tenant {tenant or '(none)'} not allowed")
+
+    async def _handle(self, activity: Mapping[str, Any]) -> Response:
+        bot_id = self.settings.app_id
+        if bot_was_added(activity, bot_id=bot_id):
+            await self._reply_quietly(conversation_reference(activity), "", WELCOME_TEXT)
+            return Response(status_code=200)
+        try:
+            message = parse_teams_activity(activity, bot_id=bot_id, received_at=self.clock())
+        except ChannelPayloadError as exc:
+            return self._refuse(_Refusal(400, str(exc)))
+        if message is None:
+            log.info(
+                "teams.ignored",
+                reason=ignore_reason(activity, bot_id=bot_id),
+                activity_id=activity.get("id"),
+            )
+            return Response(status_code=200)
+        if len(message.content) > self.settings.max_text_chars:
+            reason = f"message longer than {self.settings.max_text_chars} characters"
+            self._log_refusal(413, reason, "teams.rejected")
+            text = (
+                f"Sorry, that message is too long for me ({len(message.content)} characters; "
+                f"the limit is {self.settings.max_text_chars}). Could you shorten it?"
+            )
+            context = message.reply_context
+            await self._reply_quietly(
+                context["conversation_reference"], context["thread_root"], text
+            )
+            return Response(status_code=200)
+        try:
+            result = await self.inbox.accept(message)
+        except StorageError as exc:
+            return self._refuse(_Refusal(503, f"the message could not be stored: {exc}"))
+        log.info("teams.accepted", message_id=message.message_id, duplicate=not result.accepted)
+        return Response(status_code=200)
+
+    async def _reply_quietly(self, reference: Mapping[str, Any], thread: str, text: str) -> None:
+        """A message the channel sends by itself (welcome, refusal); failures are only logged:
+        it is a courtesy, and Teams must still get its 200 so it does not resend."""
+        try:
+            async with asyncio.timeout(self.settings.request_timeout):
+                await self._post(reference, text, thread)
+        except (DeliveryError, TimeoutError) as exc:
+            log.warning("teams.courtesy_reply_failed", error=str(exc))
+
+    async def _post(self, reference: Mapping[str, Any], text: str, thread: str) -> DeliveryReceipt:
+        try:
+            ref = ConversationReference.deserialize(dict(reference))
+        except (ValueError, TypeError) as exc:  # msrest's DeserializationError is a ValueError
+            raise DeliveryError("invalid Teams conversation reference", permanent=True) from exc
+        if ref.conversation is None or not ref.conversation.id or not ref.service_url:
+            raise DeliveryError("incomplete Teams conversation reference", permanent=True)
+        base, root = split_conversation_id(str(ref.conversation.id))
+        root = thread or root
+        ref.conversation.id = f"{base}{REPLY_CHAIN_MARKER}{root}" if root else base
+        activity = TurnContext.apply_conversation_reference(
+            Activity(type=ActivityTypes.message, text=text, text_format=TextFormatTypes.markdown),
+            ref,
+        )
+        await self._credentials.refresh()
+        conversations = self._connector(str(ref.service_url)).conversations
+        try:
+            if activity.reply_to_id:
+                result = await conversations.reply_to_activity(
+                    ref.conversation.id, activity.reply_to_id, activity
+                )
+            else:
+                result = await conversations.send_to_conversation(ref.conversation.id, activity)
+        except HttpOperationError as exc:
+            raise self._delivery_error(exc) from exc
+        except (ClientRequestError, requests.RequestException, OSError) as exc:
+            raise DeliveryError(f"Bot Connector unreachable: {exc}") from exc
+        return DeliveryReceipt(platform_message_id=getattr(result, "id", None))
+
+    def _connector(self, service_url: str) -> Any:
+        client = self._connectors.get(service_url)
+        if client is None:
+            client = ConnectorClient(self._credentials, base_url=service_url)
+            # The outbox owns retries (and honours Retry-After); the SDK would retry blindly.
+            client.config.retry_policy.retries = 0
+            client.config.connection.timeout = self.settings.request_timeout
+            self._exits.push_async_exit(client.__aexit__)
+            self._connectors[service_url] = client
+        return client
+
+    def _delivery_error(self, exc: HttpOperationError) -> DeliveryError:
+        status = int(getattr(exc.response, "status_code", 0) or 0)
+        headers = getattr(exc.response, "headers", None) or {}
+        message = f"Bot Connector answered HTTP {status}: {str(exc)[:200]}"  # (code) message
+        if status == 401:
+            self._credentials.invalidate()
+        if status in _THROTTLED_STATUSES or status >= 500 or status == 0:
+            return DeliveryError(
+                message, retry_after=_retry_after(headers.get("Retry-After"), self.clock())
+            )
+        return DeliveryError(message, permanent=status in _PERMANENT_STATUSES)
+
+    def _refuse(self, refusal: _Refusal, event: str = "teams.rejected") -> Response:
+        self._log_refusal(refusal.status, refusal.reason, event)
+        return JSONResponse({"error": refusal.reason}, status_code=refusal.status)
+
+    def _log_refusal(self, status: int, reason: str, event: str) -> None:
+        log.warning(event, status=status, reason=reason)
+        self.on_rejected(status, reason)
+
+
+async def _activity_body(request: Request) -> dict[str, Any]:
+    """The activity JSON; refuses what is too large or not an activity at all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _Refusal(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise _Refusal(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _Refusal(400, f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise _Refusal(400, "the body must be a JSON object (an activity)")
+    # Authentication needs these two; without serviceUrl the SDK would skip its claim check.
+    for field in ("type", "channelId", "serviceUrl"):
+        if not isinstance(body.get(field), str) or not body[field]:
+            raise _Refusal(400, f"an activity needs '{field}'")
+    return body
+
+
+def _retry_after(value: str | None, now: datetime) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - now).total_seconds())

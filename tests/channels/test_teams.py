@@ -1,0 +1,572 @@
+"""The Teams channel served by a real uvicorn on loopback, against a fake Bot Framework (OpenID
+metadata, token endpoint, Bot Connector) with real RS256 tokens and the real botbuilder SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from structlog.testing import capture_logs
+
+from channels.base import AcceptResult, ChannelMessage, ChannelType, OutboundMessage
+from channels.teams import TeamsChannel, TeamsSettings
+from storage.errors import ConfigError, DeliveryError, StorageError
+from tests.fakes.bot_framework import (
+    APP_ID,
+    APP_PASSWORD,
+    FakeBotFramework,
+    free_port,
+    stranger_key,
+)
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
+ALICE_AAD = "6b4d2c1e-0000-4000-8000-00000000a11c"
+PERSONAL_CONVERSATION = "a:1personal-chat-with-alice"
+TEAM_CHANNEL = "19:general-channel@thread.tacv2"
+
+
+class RecordingInbox:
+    """An InboxPort that keeps what it accepted; duplicates (same message id) are recognised."""
+
+    def __init__(self) -> None:
+        self.accepted: list[ChannelMessage] = []
+        self.calls = 0
+        self.failure: StorageError | None = None
+
+    async def accept(self, message: ChannelMessage) -> AcceptResult:
+        self.calls += 1
+        if self.failure is not None:
+            raise self.failure
+        duplicate = any(seen.message_id == message.message_id for seen in self.accepted)
+        if not duplicate:
+            self.accepted.append(message)
+        return AcceptResult(accepted=not duplicate, message_id=message.message_id)
+
+
+class _QuietServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class ServedChannel:
+    channel: TeamsChannel
+    inbox: RecordingInbox
+    fake: FakeBotFramework
+    client: httpx.AsyncClient
+    rejections: list[tuple[int, str]] = field(default_factory=list)
+
+    async def post(
+        self, activity: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> httpx.Response:
+        headers = self.fake.bearer() if headers is None else headers
+        return await self.client.post("/api/messages", json=activity, headers=headers)
+
+
+@contextlib.asynccontextmanager
+async def serve_channel(fake: FakeBotFramework, **overrides: Any) -> AsyncIterator[ServedChannel]:
+    """The channel's routes in a Starlette app on a free loopback port."""
+    settings = TeamsSettings(
+        **{
+            "app_id": APP_ID,
+            "app_password": APP_PASSWORD,
+            "tenant_ids": (TENANT,),
+            "openid_metadata_url": fake.openid_metadata_url,
+            "oauth_token_url": fake.token_url,
+            **overrides,
+        }
+    )
+    inbox = RecordingInbox()
+    rejections: list[tuple[int, str]] = []
+    channel = TeamsChannel(
+        settings,
+        inbox,
+        clock=lambda: NOW,
+        on_rejected=lambda status, reason: rejections.append((status, reason)),
+    )
+    port = free_port()
+    server = _QuietServer(
+        uvicorn.Config(
+            Starlette(routes=channel.routes()),
+            host="127.0.0.1",
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+        )
+    )
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            serving.result()
+        await asyncio.sleep(0.01)
+    client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10)
+    try:
+        yield ServedChannel(channel, inbox, fake, client, rejections)
+    finally:
+        await client.aclose()
+        server.should_exit = True
+        await serving
+        await channel.close()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeBotFramework]:
+    async with FakeBotFramework() as running:
+        yield running
+
+
+@pytest.fixture
+async def teams(fake: FakeBotFramework) -> AsyncIterator[ServedChannel]:
+    async with serve_channel(fake) as served:
+        yield served
+
+
+def personal_message(
+    fake: FakeBotFramework, text: str = "hello there", activity_id: str = "1717243200001"
+) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": activity_id,
+        "timestamp": "2025-06-01T12:00:00.1234567Z",
+        "serviceUrl": fake.service_url,
+        "channelId": "msteams",
+        "from": {"id": "29:1alice", "name": "Alice", "aadObjectId": ALICE_AAD},
+        "conversation": {
+            "id": PERSONAL_CONVERSATION,
+            "conversationType": "personal",
+            "tenantId": TENANT,
+        },
+        "recipient": {"id": f"28:{APP_ID}", "name": "Assistant"},
+        "textFormat": "plain",
+        "text": text,
+        "locale": "en-US",
+        "channelData": {"tenant": {"id": TENANT}},
+    }
+
+
+def channel_mention(
+    fake: FakeBotFramework, *, root: str = "1717243100000", activity_id: str = "1717243200002"
+) -> dict[str, Any]:
+    mention = "<at>Assistant</at>"
+    return {
+        "type": "message",
+        "id": activity_id,
+        "replyToId": root,
+        "timestamp": "2025-06-01T12:00:00Z",
+        "serviceUrl": fake.service_url,
+        "channelId": "msteams",
+        "from": {"id": "29:1alice", "name": "Alice", "aadObjectId": ALICE_AAD},
+        "conversation": {
+            "id": f"{TEAM_CHANNEL};messageid={root}",
+            "conversationType": "channel",
+            "isGroup": True,
+            "tenantId": TENANT,
+        },
+        "recipient": {"id": f"28:{APP_ID}", "name": "Assistant"},
+        "textFormat": "plain",
+        "text": f"{mention} what is the <b>status</b>?",
+        "entities": [
+            {
+                "type": "mention",
+                "text": mention,
+                "mentioned": {"id": f"28:{APP_ID}", "name": "Assistant"},
+            }
+        ],
+        "channelData": {
+            "tenant": {"id": TENANT},
+            "teamsTeamId": "19:team@thread.tacv2",
+            "channel": {"id": TEAM_CHANNEL},
+        },
+    }
+
+
+def reply_to(message: ChannelMessage, content: str = "**Done.**") -> OutboundMessage:
+    # Through to_record/from_record, as the gateway stores it: the reply survives restarts.
+    stored = ChannelMessage.from_record(message.to_record())
+    return OutboundMessage(
+        message_id="out-1",
+        channel_type=ChannelType.TEAMS,
+        channel_id=stored.channel_id,
+        content=content,
+        thread_id=stored.thread_id,
+        in_reply_to=stored.message_id,
+        reply_context=stored.reply_context,
+    )
+
+
+# --- inbound: the happy paths ----------------------------------------------------------------
+
+
+async def test_a_personal_message_with_a_valid_token_is_accepted_and_gets_one_reply(
+    teams: ServedChannel,
+) -> None:
+    response = await teams.post(personal_message(teams.fake))
+
+    assert response.status_code == 200
+    [message] = teams.inbox.accepted
+    assert message.channel_type is ChannelType.TEAMS
+    assert message.user_identifier == ALICE_AAD
+    assert message.tenant == TENANT
+    assert message.channel_id == PERSONAL_CONVERSATION
+    assert message.thread_id == ""
+    assert message.content == "hello there"
+
+    receipt = await teams.channel.send(reply_to(message, "**Done.** See `x`."))
+
+    [posted] = teams.fake.posted
+    assert receipt.platform_message_id == "reply-1"
+    assert posted.conversation_id == PERSONAL_CONVERSATION
+    assert posted.reply_to_id == "1717243200001"
+    assert posted.body["type"] == "message"
+    assert posted.body["text"] == "**Done.** See `x`."
+    assert posted.body["textFormat"] == "markdown"
+    assert posted.body["recipient"]["aadObjectId"] == ALICE_AAD
+    assert posted.authorization == "Bearer connector-token-1"
+
+
+async def test_a_channel_mention_is_answered_in_the_same_reply_chain(teams: ServedChannel) -> None:
+    response = await teams.post(channel_mention(teams.fake))
+
+    assert response.status_code == 200
+    [message] = teams.inbox.accepted
+    assert message.content == "what is the status?"
+    assert message.channel_id == TEAM_CHANNEL
+    assert message.thread_id == "1717243100000"
+
+    await teams.channel.send(reply_to(message))
+
+    [posted] = teams.fake.posted
+    assert posted.conversation_id == f"{TEAM_CHANNEL};messageid=1717243100000"
+    assert posted.reply_to_id == "1717243200002"
+    assert posted.body["conversation"]["id"] == f"{TEAM_CHANNEL};messageid=1717243100000"
+
+
+async def test_a_resent_activity_is_acknowledged_but_stored_once(teams: ServedChannel) -> None:
+    first = await teams.post(personal_message(teams.fake))
+    again = await teams.post(personal_message(teams.fake))
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert teams.inbox.calls == 2
+    assert len(teams.inbox.accepted) == 1
+
+
+async def test_a_channel_message_without_a_mention_is_ignored_with_a_log_line(
+    teams: ServedChannel,
+) -> None:
+    activity = channel_mention(teams.fake)
+    activity["entities"] = []
+    activity["text"] = "just chatting among humans"
+    with capture_logs() as logs:
+        response = await teams.post(activity)
+    assert response.status_code == 200
+    assert teams.inbox.calls == 0
+    [ignored] = [entry for entry in logs if entry["event"] == "teams.ignored"]
+    assert "without a mention" in ignored["reason"]
+
+
+async def test_the_bot_added_to_a_team_posts_a_welcome(teams: ServedChannel) -> None:
+    activity = {
+        "type": "conversationUpdate",
+        "id": "f:update-1",
+        "serviceUrl": teams.fake.service_url,
+        "channelId": "msteams",
+        "from": {"id": "29:1alice", "aadObjectId": ALICE_AAD},
+        "recipient": {"id": f"28:{APP_ID}", "name": "Assistant"},
+        "conversation": {"id": TEAM_CHANNEL, "conversationType": "channel", "tenantId": TENANT},
+        "membersAdded": [{"id": f"28:{APP_ID}"}],
+        "channelData": {"tenant": {"id": TENANT}, "eventType": "teamMemberAdded"},
+    }
+    response = await teams.post(activity)
+    assert response.status_code == 200
+    assert teams.inbox.calls == 0
+    [welcome] = teams.fake.posted
+    assert welcome.conversation_id == TEAM_CHANNEL
+    assert welcome.reply_to_id is None
+    assert "/help" in welcome.body["text"]
+
+
+async def test_a_too_long_message_gets_a_polite_reply_and_is_not_processed(
+    fake: FakeBotFramework,
+) -> None:
+    async with serve_channel(fake, max_text_chars=20) as teams:
+        response = await teams.post(personal_message(fake, text="x" * 21))
+    assert response.status_code == 200
+    assert teams.inbox.calls == 0
+    [polite] = fake.posted
+    assert "too long" in polite.body["text"]
+    assert polite.conversation_id == PERSONAL_CONVERSATION
+    assert teams.rejections == [(413, "message longer than 20 characters")]
+
+
+async def test_a_failed_welcome_is_logged_and_still_acknowledged(teams: ServedChannel) -> None:
+    teams.fake.fail_next(500)
+    activity = {
+        "type": "conversationUpdate",
+        "serviceUrl": teams.fake.service_url,
+        "channelId": "msteams",
+        "recipient": {"id": f"28:{APP_ID}"},
+        "conversation": {"id": PERSONAL_CONVERSATION, "conversationType": "personal"},
+        "membersAdded": [{"id": f"28:{APP_ID}"}],
+        "channelData": {"tenant": {"id": TENANT}},
+    }
+    with capture_logs() as logs:
+        response = await teams.post(activity)
+    assert response.status_code == 200
+    assert teams.fake.posted == []
+    assert any(entry["event"] == "teams.courtesy_reply_failed" for entry in logs)
+
+
+# --- inbound: refusals -----------------------------------------------------------------------
+
+
+def _bad_headers(fake: FakeBotFramework) -> dict[str, dict[str, str]]:
+    return {
+        "missing token": {},
+        "malformed Authorization header": {"Authorization": f"Basic {fake.mint_token()}"},
+        "token expired": fake.bearer(expires_in=-3600),
+        "wrong audience": fake.bearer(audience="00000000-1111-2222-3333-444444444444"),
+        "wrong issuer": fake.bearer(issuer="https://sts.example.com/"),
+        "unknown signing key id": fake.bearer(key_id="no-such-key"),
+        "bad token signature": fake.bearer(key=stranger_key()),
+        "service URL mismatch": fake.bearer(service_url="https://smba.attacker.example/amer/"),
+    }
+
+
+BAD_TOKEN_CASES = [
+    "missing token",
+    "malformed Authorization header",
+    "token expired",
+    "wrong audience",
+    "wrong issuer",
+    "unknown signing key id",
+    "bad token signature",
+    "service URL mismatch",
+]
+
+
+@pytest.mark.parametrize("case", BAD_TOKEN_CASES)
+async def test_a_bad_token_is_refused_with_401_and_nothing_is_processed(
+    teams: ServedChannel, case: str
+) -> None:
+    headers = _bad_headers(teams.fake)[case]
+    with capture_logs() as logs:
+        response = await teams.post(personal_message(teams.fake), headers=headers)
+
+    assert response.status_code == 401
+    assert response.json() == {"error": case}
+    assert teams.inbox.calls == 0
+    assert teams.fake.posted == []
+    assert teams.rejections == [(401, case)]
+    [rejected] = [entry for entry in logs if entry["event"] == "teams.auth_rejected"]
+    assert rejected["reason"] == case
+    assert rejected["status"] == 401
+
+
+async def test_a_tenant_not_on_the_allow_list_is_refused(teams: ServedChannel) -> None:
+    activity = personal_message(teams.fake)
+    activity["channelData"]["tenant"]["id"] = "11111111-2222-3333-4444-555555555555"
+    activity["conversation"]["tenantId"] = "11111111-2222-3333-4444-555555555555"
+    with capture_logs() as logs:
+        response = await teams.post(activity)
+    assert response.status_code == 401
+    assert teams.inbox.calls == 0
+    [rejected] = [entry for entry in logs if entry["event"] == "teams.auth_rejected"]
+    assert "not allowed" in rejected["reason"]
+
+
+async def test_a_key_not_endorsed_for_the_activity_s_channel_is_refused(
+    teams: ServedChannel,
+) -> None:
+    activity = personal_message(teams.fake)
+    activity["channelId"] = "webchat"  # the fake's key is endorsed for msteams only
+    response = await teams.post(activity)
+    assert response.status_code == 401
+    assert response.json() == {"error": "signing key not endorsed for this channel"}
+    assert teams.inbox.calls == 0
+
+
+async def test_the_same_token_is_accepted_once_the_validation_would_pass(
+    teams: ServedChannel,
+) -> None:
+    # The control case for the refusals above: only the one broken property differs.
+    response = await teams.post(personal_message(teams.fake), headers=teams.fake.bearer())
+    assert response.status_code == 200
+    assert teams.fake.metadata_requests == 1
+
+
+async def test_insecure_dev_mode_skips_token_validation(fake: FakeBotFramework) -> None:
+    async with serve_channel(fake, insecure_dev_mode=True) as teams:
+        response = await teams.post(personal_message(fake), headers={})
+    assert response.status_code == 200
+    assert len(teams.inbox.accepted) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'{"type": "message", "channelId": "msteams"}', "needs 'serviceUrl'"),
+    ],
+)
+async def test_a_malformed_activity_is_refused_with_400(
+    teams: ServedChannel, body: bytes, reason: str
+) -> None:
+    response = await teams.client.post(
+        "/api/messages",
+        content=body,
+        headers={**teams.fake.bearer(), "content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert reason in response.json()["error"]
+    assert teams.inbox.calls == 0
+
+
+async def test_a_message_activity_without_an_id_is_refused_with_400(teams: ServedChannel) -> None:
+    activity = personal_message(teams.fake)
+    del activity["id"]
+    response = await teams.post(activity)
+    assert response.status_code == 400
+    assert teams.inbox.calls == 0
+
+
+async def test_unreachable_signing_keys_answer_503_so_teams_resends(
+    fake: FakeBotFramework,
+) -> None:
+    missing = f"http://127.0.0.1:{free_port()}/v1/.well-known/openidconfiguration"
+    async with serve_channel(fake, openid_metadata_url=missing) as teams:
+        with capture_logs() as logs:
+            response = await teams.post(personal_message(fake))
+    assert response.status_code == 503
+    assert teams.inbox.calls == 0
+    assert any(entry["event"] == "teams.signing_keys_failed" for entry in logs)
+
+
+async def test_an_inbox_failure_answers_503_so_teams_resends(teams: ServedChannel) -> None:
+    teams.inbox.failure = StorageError("database unreachable")
+    response = await teams.post(personal_message(teams.fake))
+    assert response.status_code == 503
+    assert teams.rejections[0][0] == 503
+
+
+# --- outbound --------------------------------------------------------------------------------
+
+
+async def _accepted(teams: ServedChannel) -> ChannelMessage:
+    assert (await teams.post(personal_message(teams.fake))).status_code == 200
+    return teams.inbox.accepted[-1]
+
+
+async def test_a_throttled_reply_raises_a_retryable_error_with_retry_after(
+    teams: ServedChannel,
+) -> None:
+    message = await _accepted(teams)
+    teams.fake.fail_next(429, {"Retry-After": "7"})
+    with pytest.raises(DeliveryError) as raised:
+        await teams.channel.send(reply_to(message))
+    assert raised.value.retry_after == 7
+    assert not raised.value.permanent
+
+    teams.fake.fail_next(503)
+    with pytest.raises(DeliveryError) as raised:
+        await teams.channel.send(reply_to(message))
+    assert not raised.value.permanent
+
+    receipt = await teams.channel.send(reply_to(message))  # the next attempt goes through
+    assert receipt.platform_message_id == "reply-1"
+    assert len(teams.fake.posted) == 1
+
+
+async def test_a_refused_reply_is_a_permanent_error(teams: ServedChannel) -> None:
+    message = await _accepted(teams)
+    teams.fake.fail_next(404)
+    with pytest.raises(DeliveryError) as raised:
+        await teams.channel.send(reply_to(message))
+    assert raised.value.permanent
+
+
+async def test_an_unreachable_connector_is_a_retryable_error(teams: ServedChannel) -> None:
+    message = await _accepted(teams)
+    reply = reply_to(message)
+    reference = dict(reply.reply_context["conversation_reference"])
+    reference["serviceUrl"] = f"http://127.0.0.1:{free_port()}/amer/"
+    unreachable = OutboundMessage(
+        message_id="out-2",
+        channel_type=ChannelType.TEAMS,
+        channel_id=reply.channel_id,
+        content="hello?",
+        reply_context={**reply.reply_context, "conversation_reference": reference},
+    )
+    with pytest.raises(DeliveryError) as raised:
+        await teams.channel.send(unreachable)
+    assert not raised.value.permanent
+
+
+async def test_the_bot_token_is_fetched_once_and_reused(teams: ServedChannel) -> None:
+    message = await _accepted(teams)
+    await teams.channel.send(reply_to(message))
+    await teams.channel.send(reply_to(message))
+    assert len(teams.fake.posted) == 2
+    [token_request] = teams.fake.token_requests
+    assert token_request["grant_type"] == "client_credentials"
+    assert token_request["client_id"] == APP_ID
+    assert token_request["scope"] == "https://api.botframework.com/.default"
+
+
+async def test_wrong_app_credentials_make_replies_fail_permanently(
+    fake: FakeBotFramework,
+) -> None:
+    async with serve_channel(fake, app_password="not-the-password") as teams:
+        message = await _accepted(teams)
+        with pytest.raises(DeliveryError) as raised:
+            await teams.channel.send(reply_to(message))
+    assert raised.value.permanent
+    assert fake.posted == []
+
+
+async def test_a_reply_without_a_conversation_reference_fails_permanently(
+    teams: ServedChannel,
+) -> None:
+    outbound = OutboundMessage(
+        message_id="out-3", channel_type=ChannelType.TEAMS, channel_id="x", content="hi"
+    )
+    with pytest.raises(DeliveryError) as raised:
+        await teams.channel.send(outbound)
+    assert raised.value.permanent
+
+
+# --- start-up --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("app_id", "password", "key"), [("", APP_PASSWORD, "app_id"), (APP_ID, " ", "app_password")]
+)
+def test_the_channel_refuses_to_start_without_credentials(
+    app_id: str, password: str, key: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"channels.teams.{key}"):
+        TeamsChannel(
+            TeamsSettings(app_id=app_id, app_password=password), RecordingInbox(), clock=_now
+        )
+
+
+async def test_insecure_dev_mode_starts_without_credentials() -> None:
+    channel = TeamsChannel(
+        TeamsSettings(app_id="", app_password="", insecure_dev_mode=True),
+        RecordingInbox(),
+        clock=_now,
+    )
+    await channel.close()
+
+
+_now: Callable[[], datetime] = lambda: NOW  # noqa: E731

@@ -1,0 +1,223 @@
+"""A fake Bot Framework on a loopback port, for the real botbuilder SDK and the Teams channel.
+
+It serves an OpenID metadata document and a JWKS with a test RSA key (endorsed for `msteams`),
+an OAuth2 token endpoint (client credentials → a bearer token it remembers), and a Bot
+Connector (`/{region}/v3/conversations/{id}/activities[/{activityId}]`) that records every
+activity posted with a token it issued, and can be told to fail the next posts (429 with
+Retry-After, 503, 404 …). `mint_token` makes real RS256 JWTs like the channel service's.
+
+It runs with uvicorn inside the test's event loop: `async with FakeBotFramework() as fake:`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import socket
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+import jwt
+import uvicorn
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+APP_ID = "2b7e6a0c-3f4d-4c1a-9e2b-5d6f7a8b9c0d"
+APP_PASSWORD = "fake-app-password"
+ISSUER = "https://api.botframework.com"
+KEY_ID = "fake-key-1"
+
+
+@functools.cache
+def signing_key() -> rsa.RSAPrivateKey:
+    """The key whose public half the fake publishes (generated once per test run)."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+@functools.cache
+def stranger_key() -> rsa.RSAPrivateKey:
+    """A key the fake does not publish: tokens signed with it must be refused."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class PostedActivity:
+    """One activity the connector received."""
+
+    conversation_id: str
+    reply_to_id: str | None
+    body: dict[str, Any]
+    authorization: str | None
+
+
+@dataclass
+class Failure:
+    """A scripted answer to the next connector post."""
+
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class _QuietServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class FakeBotFramework:
+    """The fake; `url` is its base, `service_url` what activities name as their serviceUrl."""
+
+    def __init__(self, *, app_id: str = APP_ID, app_password: str = APP_PASSWORD) -> None:
+        self.app_id = app_id
+        self.app_password = app_password
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.posted: list[PostedActivity] = []
+        self.token_requests: list[dict[str, str]] = []
+        self.metadata_requests = 0
+        self.failures: deque[Failure] = deque()
+        self._issued: set[str] = set()
+        self._ids = itertools.count(1)
+        self._server: _QuietServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def openid_metadata_url(self) -> str:
+        return f"{self.url}/v1/.well-known/openidconfiguration"
+
+    @property
+    def token_url(self) -> str:
+        return f"{self.url}/botframework.com/oauth2/v2.0/token"
+
+    @property
+    def service_url(self) -> str:
+        return f"{self.url}/amer/"
+
+    def fail_next(self, status: int, headers: dict[str, str] | None = None) -> None:
+        """Answer the next connector post with `status` (and headers)."""
+        self.failures.append(Failure(status, headers or {}))
+
+    def mint_token(
+        self,
+        *,
+        service_url: str | None = None,
+        audience: str | None = None,
+        issuer: str = ISSUER,
+        key_id: str = KEY_ID,
+        key: rsa.RSAPrivateKey | None = None,
+        expires_in: int = 3600,
+    ) -> str:
+        """An RS256 token like the Bot Framework channel service sends to bots."""
+        now = int(time.time())
+        claims = {
+            "iss": issuer,
+            "aud": audience or self.app_id,
+            "serviceurl": service_url or self.service_url,
+            "nbf": now - 60,
+            "iat": now - 60,
+            "exp": now + expires_in,
+        }
+        return jwt.encode(claims, key or signing_key(), algorithm="RS256", headers={"kid": key_id})
+
+    def bearer(self, **claims: Any) -> dict[str, str]:
+        """The Authorization header for a minted token."""
+        return {"Authorization": f"Bearer {self.mint_token(**claims)}"}
+
+    async def _metadata(self, _request: Request) -> Response:
+        self.metadata_requests += 1
+        return JSONResponse(
+            {
+                "issuer": ISSUER,
+                "authorization_endpoint": f"{self.url}/authorize",
+                "jwks_uri": f"{self.url}/v1/.well-known/keys",
+                "id_token_signing_alg_values_supported": ["RS256"],
+                "token_endpoint_auth_methods_supported": ["private_key_jwt"],
+            }
+        )
+
+    async def _keys(self, _request: Request) -> Response:
+        jwk = RSAAlgorithm.to_jwk(signing_key().public_key(), as_dict=True)
+        jwk.update({"kid": KEY_ID, "use": "sig", "endorsements": ["msteams"]})
+        return JSONResponse({"keys": [jwk]})
+
+    async def _token(self, request: Request) -> Response:
+        form = {key: values[0] for key, values in parse_qs((await request.body()).decode()).items()}
+        self.token_requests.append(form)
+        if form.get("grant_type") != "client_credentials" or (
+            form.get("client_id"),
+            form.get("client_secret"),
+        ) != (self.app_id, self.app_password):
+            return JSONResponse({"error": "invalid_client"}, status_code=401)
+        token = f"connector-token-{len(self.token_requests)}"
+        self._issued.add(token)
+        return JSONResponse({"token_type": "Bearer", "expires_in": 3599, "access_token": token})
+
+    async def _activities(self, request: Request) -> Response:
+        authorization = request.headers.get("authorization")
+        if authorization is None or authorization.removeprefix("Bearer ") not in self._issued:
+            return JSONResponse({"error": {"code": "Unauthorized"}}, status_code=401)
+        if self.failures:
+            failure = self.failures.popleft()
+            return JSONResponse(
+                {"error": {"code": "Scripted", "message": "scripted failure"}},
+                status_code=failure.status,
+                headers=failure.headers,
+            )
+        self.posted.append(
+            PostedActivity(
+                conversation_id=request.path_params["conversation_id"],
+                reply_to_id=request.path_params.get("activity_id"),
+                body=await request.json(),
+                authorization=authorization,
+            )
+        )
+        return JSONResponse({"id": f"reply-{next(self._ids)}"}, status_code=201)
+
+    async def __aenter__(self) -> FakeBotFramework:
+        conversations = "/{region}/v3/conversations/{conversation_id}/activities"
+        app = Starlette(
+            routes=[
+                Route("/v1/.well-known/openidconfiguration", self._metadata, methods=["GET"]),
+                Route("/v1/.well-known/keys", self._keys, methods=["GET"]),
+                Route("/botframework.com/oauth2/v2.0/token", self._token, methods=["POST"]),
+                Route(conversations, self._activities, methods=["POST"]),
+                Route(conversations + "/{activity_id}", self._activities, methods=["POST"]),
+            ]
+        )
+        self._server = _QuietServer(
+            uvicorn.Config(
+                app,
+                host="127.0.0.1",
+                port=self.port,
+                log_config=None,
+                access_log=False,
+                lifespan="off",
+            )
+        )
+        self._task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.01)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await self._task
