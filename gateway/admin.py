@@ -1,0 +1,302 @@
+"""What administrators do to sessions and users: list, show, export, archive, delete, link.
+
+The CLI (`gateway sessions …`, `gateway users …`) and the admin HTTP API (`/admin/v1/`) both
+call `Administration`; its answers are plain JSON data in the shapes of the external contract
+(`docs/ARCHITECTURE.md`). Deleting removes the transcript store's objects first, then the rows:
+if the store fails, nothing is gone yet and the deletion can simply be repeated.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.inbox import sender_key
+from gateway.log import get_logger
+from sessions.export import export_session, session_record
+from sessions.lifecycle import transition
+from storage.database import Database
+from storage.errors import GatewayError
+from storage.models import (
+    InboundEvent,
+    Session,
+    SessionChannel,
+    SessionStatus,
+    User,
+    UserChannelIdentity,
+)
+from storage.repositories import MemoryRepository, SessionRepository, UserRepository
+from storage.transcripts import SessionRef, TranscriptStore, session_prefix
+
+log = get_logger(__name__)
+
+CHANNEL_TYPES = ("slack", "teams", "email", "web")
+
+
+class NotFoundError(GatewayError):
+    """The session or user named does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """What a deletion removed."""
+
+    sessions: int
+    transcript_objects: int
+    inbound_events: int
+
+    def as_dict(self) -> dict[str, int]:
+        """The report as JSON data."""
+        return {
+            "sessions": self.sessions,
+            "transcript_objects": self.transcript_objects,
+            "inbound_events": self.inbound_events,
+        }
+
+
+class Administration:
+    """Admin operations over the database and the transcript store."""
+
+    def __init__(
+        self, database: Database, transcripts: TranscriptStore, clock: Callable[[], datetime]
+    ) -> None:
+        self.database = database
+        self.transcripts = transcripts
+        self.clock = clock
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    async def list_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        status: str | None = None,
+        since: timedelta | None = None,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """Sessions, most recently active first, each with its channels."""
+        statement = select(Session).order_by(Session.last_active_at.desc()).limit(limit)
+        if user_id is not None:
+            statement = statement.where(Session.user_id == user_id)
+        if status is not None:
+            statement = statement.where(Session.status == SessionStatus(status).value)
+        if since is not None:
+            statement = statement.where(Session.last_active_at >= self.clock() - since)
+        async with self.database.session() as db:
+            sessions = list((await db.execute(statement)).scalars())
+            channels = await _channels_of(db, [s.id for s in sessions])
+        return [{**session_record(s), "channels": channels.get(s.id, [])} for s in sessions]
+
+    async def show_session(self, session_id: str) -> dict[str, Any]:
+        """Everything stored about one session (metadata, channels, messages, compactions)."""
+        async with self.database.session() as db:
+            session = await _session(db, session_id)
+            return await export_session(db, session)
+
+    async def archive_session(self, session_id: str) -> dict[str, Any]:
+        """Archive an active session (its summary is written by the background job)."""
+        async with self.database.session() as db:
+            session = await _session(db, session_id, for_update=True)
+            transition(session, SessionStatus.ARCHIVED, at=self.clock(), reason="admin")
+            return session_record(session)
+
+    async def delete_session(self, session_id: str) -> Deletion:
+        """Delete one session: its transcript objects, then its rows (by cascade: messages,
+        channels, compactions, summaries, inbound and outbound payloads)."""
+        async with self.database.session() as db:
+            session = await _session(db, session_id)
+            ref = SessionRef(session.org_id, session.user_id, session.id)
+        objects = await self.transcripts.delete_session(ref)
+        async with self.database.session() as db:
+            await SessionRepository(db).delete(session_id)
+        log.info("admin.session_deleted", session_id=session_id, transcript_objects=objects)
+        return Deletion(sessions=1, transcript_objects=objects, inbound_events=0)
+
+    async def delete_user(self, user_id: str) -> Deletion:
+        """Delete everything of one user: transcript objects, sessions and every row that
+        holds their words (also messages not yet attributed to them), and the user row with
+        its identities. Configured users come back, empty, at the next start."""
+        async with self.database.session() as db:
+            user = await db.get(User, user_id)
+            if user is None:
+                raise NotFoundError(f"no user {user_id!r}")
+            org_id = user.org_id
+            identities = await UserRepository(db).identities(user_id)
+            count = await db.scalar(
+                select(func.count()).select_from(Session).where(Session.user_id == user_id)
+            )
+        objects = await self.transcripts.delete_user(org_id, user_id)
+        keys = [sender_key(i.channel_type, i.external_id) for i in identities]
+        async with self.database.session() as db:
+            orphaned = (
+                await db.execute(delete(InboundEvent).where(InboundEvent.sender_key.in_(keys)))
+                if keys
+                else None
+            )
+            await UserRepository(db).delete(user_id)
+        inbound = int(orphaned.rowcount) if orphaned is not None else 0  # type: ignore[attr-defined]
+        log.info("admin.user_deleted", user_id=user_id, sessions=count, transcript_objects=objects)
+        return Deletion(
+            sessions=int(count or 0), transcript_objects=objects, inbound_events=inbound
+        )
+
+    async def export_zip(
+        self,
+        out: Path,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, int]:
+        """Write a zip of one session or of all of a user's sessions: `session.json`, the
+        transcript and every archive per session, and the user's memory facts."""
+        async with self.database.session() as db:
+            if session_id is not None:
+                sessions = [await _session(db, session_id)]
+                owner = sessions[0].user_id
+            elif user_id is not None:
+                if await db.get(User, user_id) is None:
+                    raise NotFoundError(f"no user {user_id!r}")
+                sessions = await SessionRepository(db).list_for_user(user_id, limit=1_000_000)
+                owner = user_id
+            else:
+                raise ValueError("a session id or a user id is required")
+            facts = await MemoryRepository(db).facts(owner, limit=100_000)
+        files = 0
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for index, session in enumerate(sessions, start=1):
+                files += await self._export_one(archive, session)
+                if on_progress is not None:
+                    on_progress(index, len(sessions))
+            facts_data = [
+                {"key": f.fact_key, "fact": f.fact, "category": f.category} for f in facts
+            ]
+            archive.writestr("memory_facts.json", _json(facts_data))
+            files += 1
+        log.info("admin.exported", user_id=owner, sessions=len(sessions), path=str(out))
+        return {"sessions": len(sessions), "files": files}
+
+    async def _export_one(self, archive: zipfile.ZipFile, session: Session) -> int:
+        async with self.database.session() as db:
+            data = await export_session(db, session)
+        folder = f"sessions/{session.id}/"
+        archive.writestr(folder + "session.json", _json(data))
+        ref = SessionRef(session.org_id, session.user_id, session.id)
+        stored = await self.transcripts.list_session(ref)
+        prefix = session_prefix(ref)
+        for key in stored:
+            archive.writestr(folder + key.removeprefix(prefix), await self.transcripts.read(key))
+        if not any(key.endswith("transcript.jsonl") for key in stored):
+            # The store is a mirror; the database is the record. Rebuild the transcript.
+            lines = io.StringIO()
+            for message in data["messages"]:
+                lines.write(json.dumps(message, ensure_ascii=False) + "\n")
+            archive.writestr(folder + "transcript.jsonl", lines.getvalue())
+        return 1 + max(len(stored), 1)
+
+    # --- users ------------------------------------------------------------------------------
+
+    async def list_users(self) -> list[dict[str, Any]]:
+        """Every user with their identities and session count."""
+        async with self.database.session() as db:
+            users = list((await db.execute(select(User).order_by(User.id))).scalars())
+            identities = await _identities_of(db, [u.id for u in users])
+            grouped = await db.execute(
+                select(Session.user_id, func.count()).group_by(Session.user_id)
+            )
+            counts = {user_id: int(count) for user_id, count in grouped}
+        return [_user_record(u, identities.get(u.id, []), counts.get(u.id, 0)) for u in users]
+
+    async def show_user(self, user_id: str) -> dict[str, Any]:
+        """One user with identities, session count and memory facts."""
+        async with self.database.session() as db:
+            user = await db.get(User, user_id)
+            if user is None:
+                raise NotFoundError(f"no user {user_id!r}")
+            identities = (await _identities_of(db, [user_id])).get(user_id, [])
+            count = await db.scalar(
+                select(func.count()).select_from(Session).where(Session.user_id == user_id)
+            )
+            facts = await MemoryRepository(db).facts(user_id)
+        record = _user_record(user, identities, int(count or 0))
+        record["memory_facts"] = [{"key": f.fact_key, "fact": f.fact} for f in facts]
+        return record
+
+    async def link_identity(self, user_id: str, channel_type: str, external_id: str) -> None:
+        """Link a channel identity (Slack `TEAM:USER`, AAD object id, email, web id) to a user."""
+        if channel_type not in CHANNEL_TYPES:
+            raise NotFoundError(f"no channel {channel_type!r} (one of {', '.join(CHANNEL_TYPES)})")
+        external = sender_key(channel_type, external_id).partition(":")[2]
+        async with self.database.session() as db:
+            if await db.get(User, user_id) is None:
+                raise NotFoundError(f"no user {user_id!r}")
+            await UserRepository(db).link_identity(user_id, channel_type, external)
+        log.info("admin.identity_linked", user_id=user_id, channel=channel_type)
+
+
+async def _session(db: AsyncSession, session_id: str, *, for_update: bool = False) -> Session:
+    session = await SessionRepository(db).get(session_id, for_update=for_update)
+    if session is None:
+        raise NotFoundError(f"no session {session_id!r}")
+    return session
+
+
+async def _channels_of(db: AsyncSession, ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    if not ids:
+        return found
+    rows = await db.execute(
+        select(SessionChannel).where(SessionChannel.session_id.in_(ids)).order_by(SessionChannel.id)
+    )
+    for channel in rows.scalars():
+        found.setdefault(channel.session_id, []).append(
+            {
+                "channel_type": channel.channel_type,
+                "channel_id": channel.channel_id,
+                "thread_id": channel.thread_id or None,
+            }
+        )
+    return found
+
+
+async def _identities_of(db: AsyncSession, ids: Sequence[str]) -> dict[str, list[dict[str, str]]]:
+    found: dict[str, list[dict[str, str]]] = {}
+    if not ids:
+        return found
+    rows = await db.execute(
+        select(UserChannelIdentity)
+        .where(UserChannelIdentity.user_id.in_(ids))
+        .order_by(UserChannelIdentity.channel_type, UserChannelIdentity.external_id)
+    )
+    for identity in rows.scalars():
+        found.setdefault(identity.user_id, []).append(
+            {"channel_type": identity.channel_type, "external_id": identity.external_id}
+        )
+    return found
+
+
+def _user_record(user: User, identities: list[dict[str, str]], sessions: int) -> dict[str, Any]:
+    return {
+        "user_id": user.id,
+        "org_id": user.org_id,
+        "name": user.display_name,
+        "admin": user.is_admin,
+        "provisioned": user.provisioned,
+        "created_at": user.created_at.isoformat(),
+        "identities": identities,
+        "session_count": sessions,
+    }
+
+
+def _json(data: object) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str)

@@ -1,0 +1,215 @@
+"""Admin operations on real data: export holds all of one user's words and nobody else's;
+deletion leaves nothing of them in any table or in the transcript store (PostgreSQL + S3)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy import select, text
+
+from gateway.admin import Administration, NotFoundError
+from gateway.cli import main
+from storage.models import Base
+from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
+from tests.fakes.slack_api import (
+    SIGNING_SECRET,
+    TEAM,
+    FakeSlackAPI,
+    direct_message,
+    event_envelope,
+    send_event,
+)
+
+ALICE_WORDS = "the secret anvil alloy is tungsten"
+BOB_WORDS = "bob prefers blue anvils"
+
+
+@pytest.fixture
+def slack_api() -> Iterator[FakeSlackAPI]:
+    with FakeSlackAPI() as api:
+        yield api
+
+
+def admin_config(database_url: str, tmp_path: Path, **storage: Any) -> Any:
+    return gateway_config(
+        database_url,
+        tmp_path,
+        storage={"database_url": database_url, **storage},
+        sessions={"compaction": {"max_messages": 4, "keep_last_messages": 2}},
+        identity={
+            "users": [
+                {"id": "alice", "org": "acme", "name": "Alice", "slack": [f"{TEAM}:U0001"]},
+                {"id": "bob", "org": "acme", "name": "Bob"},
+            ]
+        },
+    )
+
+
+async def converse(gateway: RunningGateway, slack: FakeSlackAPI | None = None) -> None:
+    for n in range(3):
+        await gateway.post("alice", f"{ALICE_WORDS} ({n})")
+        await gateway.wait_for_replies("alice", n + 1, settle=0)
+    await gateway.post("bob", BOB_WORDS)
+    await gateway.wait_for_replies("bob", 1, settle=0)
+    if slack is not None:
+        event = direct_message(f"{ALICE_WORDS} on slack", ts="1700000000.000100")
+        assert (await send_event(gateway.client, event_envelope(event, "EvA"))).status_code == 200
+        deadline = time.monotonic() + 15
+        while not slack.posts() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert slack.posts()
+
+
+async def rows_mentioning(gateway: RunningGateway, needle: str) -> list[str]:
+    """Every row of every table whose text contains `needle` (as `table: row`)."""
+    found = []
+    async with gateway.runtime.database.session() as db:
+        for table in Base.metadata.sorted_tables:
+            for row in (await db.execute(select(table))).all():
+                if needle in json.dumps([str(value) for value in row], ensure_ascii=False):
+                    found.append(f"{table.name}: {row}")
+    return found
+
+
+@pytest.mark.postgres
+async def test_delete_user_leaves_nothing_of_them_in_the_database_or_on_s3(
+    fresh_postgres_url: str, tmp_path: Path, bucket: str, s3_endpoint: str, s3_client: Any
+) -> None:
+    transcripts = {"backend": "s3", "s3": {"bucket": bucket, "endpoint_url": s3_endpoint}}
+    config = admin_config(fresh_postgres_url, tmp_path, transcripts=transcripts)
+    async with running_gateway(config) as gateway:
+        await converse(gateway)
+        admin = Administration(gateway.runtime.database, gateway.runtime.transcripts, gateway.clock)
+        before = s3_client.list_objects_v2(Bucket=bucket, Prefix="sessions/acme/alice/")
+        assert any("archive/" in o["Key"] for o in before.get("Contents", []))
+        assert await rows_mentioning(gateway, "secret anvil alloy")
+
+        deletion = await admin.delete_user("alice")
+
+        assert await rows_mentioning(gateway, "secret anvil alloy") == []
+        assert await rows_mentioning(gateway, BOB_WORDS)  # bob keeps his
+    after = s3_client.list_objects_v2(Bucket=bucket, Prefix="sessions/acme/alice/")
+    assert after.get("KeyCount", 0) == 0
+    assert deletion.sessions == 1
+    assert deletion.transcript_objects >= 3
+
+
+async def test_export_of_a_user_holds_both_channels_and_nobody_elses_words(
+    database_url: str, tmp_path: Path, slack_api: FakeSlackAPI
+) -> None:
+    config = admin_config(database_url, tmp_path).model_copy(deep=True)
+    config = config.model_validate(
+        {
+            **config.model_dump(mode="python"),
+            "channels": {
+                "slack": {
+                    "enabled": True,
+                    "bot_token": "xoxb-test",
+                    "signing_secret": SIGNING_SECRET,
+                    "api_base_url": slack_api.url,
+                }
+            },
+        }
+    )
+    async with running_gateway(config) as gateway:
+        await converse(gateway, slack_api)
+        admin = Administration(gateway.runtime.database, gateway.runtime.transcripts, gateway.clock)
+        summary = await admin.export_zip(tmp_path / "alice.zip", user_id="alice")
+        listed = await admin.list_sessions(user_id="alice")
+        with pytest.raises(NotFoundError):
+            await admin.show_session("no-such-session")
+    with zipfile.ZipFile(tmp_path / "alice.zip") as archive:
+        names = archive.namelist()
+        everything = "\n".join(archive.read(name).decode() for name in names)
+    assert summary["sessions"] == 1
+    assert "memory_facts.json" in names
+    assert any(name.endswith("/session.json") for name in names)
+    assert any(name.endswith("/transcript.jsonl") for name in names)
+    assert any("/archive/full_transcript_pre_compact_" in name for name in names)
+    assert f"{ALICE_WORDS} on slack" in everything
+    assert f"{ALICE_WORDS} (0)" in everything
+    assert BOB_WORDS not in everything
+    assert {c["channel_type"] for c in listed[0]["channels"]} == {"web", "slack"}
+
+
+def write_config(tmp_path: Path, database_url: str) -> Path:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {
+                    "database_url": database_url,
+                    "transcripts": {"local_path": str(tmp_path / "transcripts")},
+                },
+                "organizations": [{"id": "acme"}],
+                "identity": {
+                    "users": [{"id": "alice", "org": "acme"}, {"id": "bob", "org": "acme"}]
+                },
+            }
+        )
+    )
+    return path
+
+
+async def test_the_sessions_and_users_commands_print_the_contract_shapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+    config = gateway_config(url, tmp_path)
+    async with running_gateway(config) as gateway:
+        await gateway.post("alice", ALICE_WORDS)
+        await gateway.wait_for_replies("alice", 1, settle=0)
+        async with gateway.runtime.database.session() as db:
+            (session_id,) = (await db.execute(text("SELECT id FROM sessions"))).scalars()
+    path = write_config(tmp_path, url)
+    capsys.readouterr()  # the gateway's own log lines
+
+    def run(*argv: str) -> Any:
+        code = main([*argv, "--config", str(path), "--json"])
+        assert code == 0
+        return json.loads(capsys.readouterr().out)
+
+    # argparse runs the commands synchronously (they open their own event loop).
+    listing = await asyncio.to_thread(run, "sessions", "list", "--since", "7d")
+    shown = await asyncio.to_thread(run, "sessions", "show", session_id)
+    users = await asyncio.to_thread(run, "users", "list")
+    archived = await asyncio.to_thread(run, "sessions", "archive", session_id)
+    deleted = await asyncio.to_thread(run, "sessions", "delete", session_id, "--yes")
+    after = await asyncio.to_thread(run, "sessions", "list")
+    (item,) = listing
+    assert {
+        "session_id",
+        "user_id",
+        "status",
+        "message_count",
+        "compaction_count",
+        "created_at",
+        "last_active",
+        "topic_summary",
+        "channels",
+    } <= item.keys()
+    assert item["channels"] == [{"channel_type": "web", "channel_id": "alice", "thread_id": None}]
+    assert [(m["seq"], m["role"]) for m in shown["messages"]] == [(1, "user"), (2, "assistant")]
+    assert {"seq", "role", "channel", "thread_id", "content", "created_at"} <= shown["messages"][
+        0
+    ].keys()
+    assert {u["user_id"] for u in users} >= {"alice", "bob"}
+    assert archived["status"] == "archived"
+    assert deleted["sessions"] == 1
+    assert after == []
+
+
+def test_delete_without_yes_and_without_a_terminal_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_config(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}")
+    assert main(["sessions", "delete", "--user", "alice", "--config", str(path)]) == 2
+    assert "--yes" in capsys.readouterr().err
