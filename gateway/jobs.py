@@ -2,8 +2,9 @@
 
 Leadership is a lease row in the database, renewed on every run; when the leader dies its
 lease expires and another process takes over. The jobs: archive sessions idle longer than
-`sessions.archive_after`, retry compactions that had to wait, and write the summaries (and
-memory facts) of archived sessions.
+`sessions.archive_after`, retry compactions that had to wait, write the summaries (and
+memory facts) of archived sessions, and delete archived sessions past
+`retention.delete_after_days`.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
 
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
+from gateway.admin import Administration
 from gateway.locks import TurnLocks
 from gateway.log import get_logger
 from sessions.engine import SessionEngine
 from sessions.lifecycle import transition
 from storage.database import Database
 from storage.errors import GatewayError
-from storage.models import SessionStatus
+from storage.models import Session, SessionStatus
 from storage.repositories import LeaseRepository, SessionRepository
 
 log = get_logger(__name__)
@@ -49,11 +52,15 @@ class BackgroundJobs:
         archive_after: timedelta,
         clock: Callable[[], datetime],
         interval: float | None = None,
+        admin: Administration | None = None,
+        delete_after: timedelta | None = None,
     ) -> None:
         self.database = database
         self.locks = locks
         self.engine = engine
         self.archive_after = archive_after
+        self.admin = admin
+        self.delete_after = delete_after
         self.clock = clock
         # Often enough that a session is archived soon after it passes `archive_after`.
         self.interval = interval or min(60.0, max(0.5, archive_after.total_seconds() / 4))
@@ -68,6 +75,7 @@ class BackgroundJobs:
                     await self.archive_idle_sessions()
                     await self.retry_deferred_compactions()
                     await self.engine.summarise_archived_sessions()
+                    await self.enforce_retention()
             except (GatewayError, SQLAlchemyError, OSError) as exc:
                 log.error("jobs.failed", error=str(exc).splitlines()[0])
             with suppress(TimeoutError):
@@ -103,6 +111,45 @@ class BackgroundJobs:
         if compacted:
             log.info("jobs.compactions_retried", count=compacted)
         return compacted
+
+    async def enforce_retention(self, *, batch: int = 100) -> int:
+        """Delete archived sessions inactive for longer than `delete_after` (rows, transcripts
+        and archives); how many were deleted. Each deletion is logged."""
+        if self.delete_after is None or self.admin is None:
+            return 0
+        cutoff = self.clock() - self.delete_after
+        async with self.database.session() as db:
+            expired = (
+                await db.execute(
+                    select(Session.id, Session.user_id)
+                    .where(
+                        Session.status == SessionStatus.ARCHIVED.value,
+                        Session.last_active_at < cutoff,
+                    )
+                    .limit(batch)
+                )
+            ).all()
+        deleted = 0
+        for session_id, user_id in expired:
+            async with self.locks.hold(f"user:{user_id}") as held:
+                if not held or not await self._still_expired(session_id, cutoff):
+                    continue
+                await self.admin.delete_session(session_id)
+                log.info("retention.session_deleted", session_id=session_id, user_id=user_id)
+                deleted += 1
+        if deleted:
+            log.info("retention.enforced", deleted=deleted, cutoff=cutoff.isoformat())
+        return deleted
+
+    async def _still_expired(self, session_id: str, cutoff: datetime) -> bool:
+        # A message may have reactivated the session since it was selected.
+        async with self.database.session() as db:
+            session = await SessionRepository(db).get(session_id)
+        return (
+            session is not None
+            and session.status == SessionStatus.ARCHIVED.value
+            and session.last_active_at < cutoff
+        )
 
     async def archive_idle_sessions(self) -> int:
         """Archive every active session idle longer than `archive_after`; how many were."""

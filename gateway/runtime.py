@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from channels.base import ChannelAdapter, ChannelType
 from channels.web import WebChannel, WebSettings
+from gateway.admin import Administration
 from gateway.dispatcher import Dispatcher
 from gateway.exports import SessionExports
 from gateway.identity import IdentityResolver, sync_identities
@@ -305,12 +306,15 @@ class GatewayRuntime:
                 ).inc(),
             )
             adapters[ChannelType.WEB] = web
+        retention_days = config.retention.delete_after_days
         jobs = BackgroundJobs(
             database,
             locks,
             engine,
             archive_after=config.sessions.archive_after,
             clock=clock,
+            admin=Administration(database, transcripts, clock),
+            delete_after=timedelta(days=retention_days) if retention_days else None,
         )
         return cls(
             config=config,

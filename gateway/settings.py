@@ -580,6 +580,20 @@ class EmailChannelConfig(StrictModel):
         return addresses
 
 
+class RetentionConfig(StrictModel):
+    """How long archived sessions are kept."""
+
+    # Archived sessions inactive for longer are deleted by a background job; None keeps them.
+    delete_after_days: int | None = Field(default=None, ge=1)
+
+
+class AdminConfig(StrictModel):
+    """The admin HTTP API under ``/admin/v1/``."""
+
+    # Bearer token of the API; empty disables the API.
+    token: SecretStr = SecretStr("")
+
+
 class ChannelsConfig(StrictModel):
     """The channels people use to reach the assistant."""
 
@@ -604,6 +618,8 @@ class GatewayConfig(StrictModel):
     organizations: tuple[OrganizationConfig, ...] = ()
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
 
     @field_validator("organizations")
     @classmethod

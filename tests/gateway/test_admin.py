@@ -8,6 +8,7 @@ import json
 import time
 import zipfile
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,23 @@ def test_delete_without_yes_and_without_a_terminal_refuses(
     path = write_config(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}")
     assert main(["sessions", "delete", "--user", "alice", "--config", str(path)]) == 2
     assert "--yes" in capsys.readouterr().err
+
+
+async def test_retention_deletes_archived_sessions_past_the_limit_and_keeps_the_rest(
+    database_url: str, tmp_path: Path
+) -> None:
+    config = gateway_config(database_url, tmp_path, retention={"delete_after_days": 30})
+    async with running_gateway(config) as gateway:
+        await gateway.post("alice", ALICE_WORDS)
+        await gateway.wait_for_replies("alice", 1, settle=0)
+        gateway.clock.advance(timedelta(days=2))
+        await gateway.post("bob", BOB_WORDS)
+        await gateway.wait_for_replies("bob", 1, settle=0)
+        jobs = gateway.runtime.jobs
+        assert await jobs.archive_idle_sessions() == 1  # alice's, idle for two days
+        assert await jobs.enforce_retention() == 0  # archived, but not 30 days old
+        gateway.clock.advance(timedelta(days=29))
+        assert await jobs.enforce_retention() == 1
+        remaining = await gateway.runtime.jobs.admin.list_sessions()  # type: ignore[union-attr]
+        assert await rows_mentioning(gateway, "secret anvil alloy") == []
+    assert [s["user_id"] for s in remaining] == ["bob"]
