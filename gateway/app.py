@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.admin_api import AdminAPI
 from gateway.log import get_logger
 from gateway.metrics import CONTENT_TYPE
 from gateway.runtime import GatewayRuntime
@@ -87,6 +88,9 @@ def create_app(runtime: GatewayRuntime) -> Starlette:
         routes.extend(runtime.slack.routes())
     if runtime.teams is not None:
         routes.extend(runtime.teams.routes())
+    admin_token = runtime.config.admin.token.get_secret_value()
+    if admin_token:
+        routes.extend(AdminAPI(runtime.admin, admin_token).routes())
     app = Starlette(
         routes=routes,
         middleware=[Middleware(RequestMetricsMiddleware)],

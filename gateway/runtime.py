@@ -187,6 +187,7 @@ class GatewayRuntime:
     dispatcher: Dispatcher
     outbox: OutboxSender
     jobs: BackgroundJobs
+    admin: Administration
     web: WebChannel | None
     slack: SlackChannel | None = None
     teams: TeamsChannel | None = None
@@ -306,6 +307,7 @@ class GatewayRuntime:
                 ).inc(),
             )
             adapters[ChannelType.WEB] = web
+        admin = Administration(database, transcripts, clock)
         retention_days = config.retention.delete_after_days
         jobs = BackgroundJobs(
             database,
@@ -313,7 +315,7 @@ class GatewayRuntime:
             engine,
             archive_after=config.sessions.archive_after,
             clock=clock,
-            admin=Administration(database, transcripts, clock),
+            admin=admin,
             delete_after=timedelta(days=retention_days) if retention_days else None,
         )
         return cls(
@@ -330,6 +332,7 @@ class GatewayRuntime:
             web=web,
             slack=slack,
             teams=teams,
+            admin=admin,
         )
 
     def start_background(self) -> None:

@@ -4,6 +4,7 @@ deletion leaves nothing of them in any table or in the transcript store (Postgre
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import time
 import zipfile
@@ -234,3 +235,42 @@ async def test_retention_deletes_archived_sessions_past_the_limit_and_keeps_the_
         remaining = await gateway.runtime.jobs.admin.list_sessions()  # type: ignore[union-attr]
         assert await rows_mentioning(gateway, "secret anvil alloy") == []
     assert [s["user_id"] for s in remaining] == ["bob"]
+
+
+async def test_the_admin_api_needs_its_token_and_serves_sessions_users_exports(
+    database_url: str, tmp_path: Path
+) -> None:
+    config = gateway_config(database_url, tmp_path, admin={"token": "s3cret-admin-token"})
+    auth = {"Authorization": "Bearer s3cret-admin-token"}
+    async with running_gateway(config) as gateway:
+        await gateway.post("alice", ALICE_WORDS)
+        await gateway.wait_for_replies("alice", 1, settle=0)
+        client = gateway.client
+        anonymous = await client.get("/admin/v1/sessions")
+        wrong = await client.get("/admin/v1/sessions", headers={"Authorization": "Bearer nope"})
+        (listed,) = (await client.get("/admin/v1/sessions?user=alice", headers=auth)).json()
+        session_url = f"/admin/v1/sessions/{listed['session_id']}"
+        shown = (await client.get(session_url, headers=auth)).json()
+        exported = await client.get(f"{session_url}/export", headers=auth)
+        users = (await client.get("/admin/v1/users", headers=auth)).json()
+        missing = await client.get("/admin/v1/sessions/nope", headers=auth)
+        bad_since = await client.get("/admin/v1/sessions?since=soon", headers=auth)
+        deleted = await client.delete(session_url, headers=auth)
+        after = (await client.get("/admin/v1/sessions", headers=auth)).json()
+    assert (anonymous.status_code, wrong.status_code) == (401, 401)
+    assert shown["messages"][0]["content"] == ALICE_WORDS
+    assert exported.headers["content-type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(exported.content)) as archive:
+        assert f"sessions/{listed['session_id']}/session.json" in archive.namelist()
+    assert {user["user_id"] for user in users} >= {"alice", "bob"}
+    assert missing.status_code == 404
+    assert bad_since.status_code == 400
+    assert deleted.json()["sessions"] == 1
+    assert after == []
+
+
+async def test_the_admin_api_is_off_without_a_token(tmp_path: Path) -> None:
+    config = gateway_config(f"sqlite+aiosqlite:///{tmp_path / 'g.db'}", tmp_path)
+    async with running_gateway(config) as gateway:
+        answer = await gateway.client.get("/admin/v1/sessions", headers={"Authorization": "x"})
+    assert answer.status_code == 404
