@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging(args.log_format or config.logging.format, config.logging.level)
     from gateway.server import serve  # noqa: PLC0415  (the server stack: only for `run`)
 
-    asyncio.run(serve(config))
+    asyncio.run(serve(config, args.config))
     return EXIT_OK
 
 

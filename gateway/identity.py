@@ -176,6 +176,11 @@ class IdentityResolver:
         log.info("identity.provisioned", user_id=user_id, channel=channel, tenant=message.tenant)
         return ResolvedUser(user_id, org_id, external_id, provisioned=True)
 
+    def forget_cached(self) -> None:
+        """Drop the cached lookups (after a config reload changed identities)."""
+        self._cache.clear()
+        self._keys_cache.clear()
+
     async def _link_by_email(self, channel: str, external_id: str) -> ResolvedUser | None:
         """Link the sender to the configured user with the email address the platform reports."""
         lookup = self.email_lookups.get(channel)

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import uvicorn
 
 from gateway.app import create_app
 from gateway.log import get_logger
+from gateway.reload import reload_config
 from gateway.runtime import GatewayRuntime
 from gateway.settings import GatewayConfig
 
@@ -26,11 +28,12 @@ class _GatewayServer(uvicorn.Server):
         yield
 
 
-async def serve(config: GatewayConfig) -> None:
+async def serve(config: GatewayConfig, config_path: Path | None = None) -> None:
     """Start the runtime, serve until SIGTERM/SIGINT, then shut down in order.
 
     On the first signal uvicorn stops accepting connections and lets in-flight requests
     finish; a second signal forces the exit. The runtime closes only after the server stops.
+    SIGHUP reads `config_path` again and applies it (`gateway.reload`).
     """
     runtime = await GatewayRuntime.start(config)
     try:
@@ -54,6 +57,15 @@ async def serve(config: GatewayConfig) -> None:
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, request_stop, signum)
+        reloads: set[asyncio.Task[bool]] = set()
+
+        def request_reload() -> None:
+            log.info("config.reloading", path=str(config_path))
+            task = asyncio.create_task(reload_config(runtime, config_path))
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, request_reload)
         runtime.start_background()
         log.info("http.listening", host=config.server.host, port=config.server.port)
         await server.serve()

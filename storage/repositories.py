@@ -129,6 +129,17 @@ class UserRepository:
                 f"{owner.id if owner else '?'!r}"
             )
 
+    async def unlink_identity(self, user_id: str, channel_type: str, external_id: str) -> bool:
+        """Remove the user's identity (channel type, external id); False if they had none."""
+        result = await self.session.execute(
+            delete(UserChannelIdentity).where(
+                UserChannelIdentity.user_id == user_id,
+                UserChannelIdentity.channel_type == channel_type,
+                UserChannelIdentity.external_id == external_id,
+            )
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
     async def find_by_identity(self, channel_type: str, external_id: str) -> User | None:
         """The user that owns this channel identity, or None."""
         result = await self.session.execute(
