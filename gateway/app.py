@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -41,8 +42,14 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """Prometheus text exposition of this app's registry."""
-    return Response(_runtime(request).metrics.render(), media_type=CONTENT_TYPE)
+    """Prometheus text exposition of this app's registry (gauges read from the database)."""
+    runtime = _runtime(request)
+    try:
+        await runtime.refresh_gauges()
+    except (StorageError, SQLAlchemyError) as exc:
+        # The counters are still worth serving; the gauges keep their last values.
+        log.warning("metrics.gauges_failed", error=str(exc).splitlines()[0])
+    return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
 
 
 class RequestMetricsMiddleware:

@@ -6,7 +6,14 @@ process and read each one's figures on its own.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
 from prometheus_client.process_collector import ProcessCollector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -71,6 +78,37 @@ class GatewayMetrics:
             "Time of one language-model call, by provider.",
             ["provider"],
             buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.llm_tokens = Counter(
+            "gateway_llm_tokens",
+            "Tokens billed by the language model, by provider and kind (input, output).",
+            ["provider", "kind"],
+            registry=self.registry,
+        )
+        self.compactions = Counter(
+            "gateway_compactions",
+            "Sessions compacted (full transcript archived first, then summarised).",
+            registry=self.registry,
+        )
+        self.archive_failures = Counter(
+            "gateway_archive_failures",
+            "Compactions deferred because the transcript archive could not be written.",
+            registry=self.registry,
+        )
+        self.outbox_backlog = Gauge(
+            "gateway_outbox_backlog",
+            "Replies waiting to be sent (pending or being sent), at the last scrape.",
+            registry=self.registry,
+        )
+        self.active_sessions = Gauge(
+            "gateway_active_sessions",
+            "Sessions in the active state, at the last scrape.",
+            registry=self.registry,
+        )
+        self.inbox_backlog = Gauge(
+            "gateway_inbox_backlog",
+            "Inbound messages stored but not yet answered, at the last scrape.",
             registry=self.registry,
         )
         self.sessions_transitioned = Counter(

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from sqlalchemy import func, select
+
 from channels.base import ChannelAdapter, ChannelType
 from channels.web import WebChannel, WebSettings
 from gateway.admin import Administration
@@ -32,7 +34,8 @@ from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import EngineSettings, SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from storage.database import Database
-from storage.models import utcnow
+from storage.models import InboundEvent, InboundStatus, Session, SessionStatus, utcnow
+from storage.repositories import OutboxRepository
 from storage.transcripts import LocalTranscriptStore, TranscriptStore
 
 if TYPE_CHECKING:
@@ -334,6 +337,24 @@ class GatewayRuntime:
             teams=teams,
             admin=admin,
         )
+
+    async def refresh_gauges(self) -> None:
+        """Read the backlogs and the active sessions into the metrics (at each scrape)."""
+        async with self.database.session() as db:
+            outbox = await OutboxRepository(db).backlog()
+            active = await db.scalar(
+                select(func.count())
+                .select_from(Session)
+                .where(Session.status == SessionStatus.ACTIVE.value)
+            )
+            inbox = await db.scalar(
+                select(func.count())
+                .select_from(InboundEvent)
+                .where(InboundEvent.status == InboundStatus.PENDING.value)
+            )
+        self.metrics.outbox_backlog.set(outbox)
+        self.metrics.active_sessions.set(active or 0)
+        self.metrics.inbox_backlog.set(inbox or 0)
 
     def start_background(self) -> None:
         """Start the dispatcher, the outbox sender and the background jobs."""

@@ -221,6 +221,11 @@ class TurnProcessor:
                 outbound_id=reply_id,
             )
             await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
+        provider = self.engine.llm.name
+        self.metrics.llm_tokens.labels(provider, "input").inc(outcome.input_tokens)
+        self.metrics.llm_tokens.labels(provider, "output").inc(outcome.output_tokens)
+        if outcome.compacted:
+            self.metrics.compactions.inc()
         log.info(
             "turn.answered",
             seq=stored[-1].seq,
