@@ -1,4 +1,4 @@
-"""`gateway sessions …` and `gateway users …`: the admin commands over `Administration`.
+"""`gateway sessions …`, `gateway users …` (over `Administration`) and `gateway doctor`.
 
 Every command takes `--config F`; `--json` prints machine-readable JSON (the shapes of the
 external contract), the default is a readable table. Deleting asks for confirmation on a
@@ -26,7 +26,7 @@ STATUSES = ("active", "compacting", "archived", "exported", "deleted")
 
 
 def add_admin_commands(commands: Any) -> None:
-    """Register `sessions` and `users` on the CLI's subcommand parser."""
+    """Register `sessions`, `users` and `doctor` on the CLI's subcommand parser."""
     sessions = commands.add_parser("sessions", help="list, show, export, archive, delete sessions")
     verbs = sessions.add_subparsers(dest="sessions_command", required=True)
 
@@ -59,6 +59,13 @@ def add_admin_commands(commands: Any) -> None:
     link.add_argument("user_id")
     link.add_argument("channel", choices=["slack", "teams", "email", "web"])
     link.add_argument("external_id", help="Slack TEAM:USER, AAD object id, address, web id")
+
+    doctor = commands.add_parser(
+        "doctor", help="check database, transcript store, SMTP, Slack, Teams, Anthropic"
+    )
+    doctor.add_argument("--config", type=Path, help="YAML config (default: embedded defaults)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(handler=_doctor)
 
 
 def _command(
@@ -195,6 +202,16 @@ def _users_link(args: argparse.Namespace) -> int:
     return _print(
         args, data, lambda d: f"linked {d['channel_type']} {d['external_id']} to {d['user_id']}"
     )
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    configure_logging(config.logging.format, "error")
+    from gateway.doctor import run_checks, table  # noqa: PLC0415
+
+    results = asyncio.run(run_checks(config))
+    _print(args, [result.as_dict() for result in results], lambda _data: table(results))
+    return EXIT_FAILURE if any(result.status == "fail" for result in results) else EXIT_OK
 
 
 # --- tables -------------------------------------------------------------------------------

@@ -134,9 +134,21 @@ class FakeAnthropicAPI:
         self.bedrock_models.append(request.path_params["model"])
         return await self._messages(request)
 
+    async def _models(self, _request: Request) -> Response:
+        model = {
+            "type": "model",
+            "id": "claude-sonnet-5-5",
+            "display_name": "Claude Sonnet",
+            "created_at": "2026-01-01T00:00:00Z",
+        }
+        return JSONResponse(
+            {"data": [model], "has_more": False, "first_id": model["id"], "last_id": model["id"]}
+        )
+
     def __enter__(self) -> FakeAnthropicAPI:
         app = Starlette(
             routes=[
+                Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/model/{model}/invoke", self._bedrock_invoke, methods=["POST"]),
             ]
