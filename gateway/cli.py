@@ -39,6 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     check = config_commands.add_parser("check", help="validate a config file")
     check.add_argument("file", type=Path)
     check.set_defaults(handler=_config_check)
+    reference = config_commands.add_parser(
+        "reference", help="print the configuration reference (Markdown)"
+    )
+    reference.set_defaults(handler=_config_reference)
 
     db = commands.add_parser("db", help="database tools")
     db_commands = db.add_subparsers(dest="db_command", required=True)
@@ -83,6 +87,13 @@ def _config_check(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem)
     return EXIT_USAGE
+
+
+def _config_reference(_args: argparse.Namespace) -> int:
+    from gateway.config_reference import reference_markdown  # noqa: PLC0415
+
+    print(reference_markdown(), end="")
+    return EXIT_OK
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
