@@ -97,6 +97,8 @@ def open_engine(
     transcripts: TranscriptStore,
     llm: LLMClient,
     clock: Callable[[], datetime],
+    *,
+    on_archive_failed: Callable[[], None] | None = None,
 ) -> SessionEngine:
     """The session engine with the config's budget, compaction and summary settings."""
     sessions = config.sessions
@@ -109,7 +111,14 @@ def open_engine(
     )
     return SessionEngine(
         database,
-        Compactor(database, transcripts, llm, policy, clock=clock),
+        Compactor(
+            database,
+            transcripts,
+            llm,
+            policy,
+            clock=clock,
+            on_archive_failed=on_archive_failed,
+        ),
         llm,
         EngineSettings(
             system_prompt=config.llm.system_prompt,
@@ -255,7 +264,14 @@ class GatewayRuntime:
         locks = turn_locks_for(database)
         adapters: dict[ChannelType, ChannelAdapter] = {}
         outbox = OutboxSender(database, adapters, metrics, clock=clock)
-        engine = open_engine(config, database, transcripts, open_llm(config), clock)
+        engine = open_engine(
+            config,
+            database,
+            transcripts,
+            open_llm(config),
+            clock,
+            on_archive_failed=metrics.archive_failures.inc,
+        )
         processor = TurnProcessor(
             database,
             transcripts,

@@ -159,12 +159,14 @@ class Compactor:
         policy: CompactionPolicy,
         *,
         clock: Callable[[], datetime],
+        on_archive_failed: Callable[[], None] | None = None,
     ) -> None:
         self.database = database
         self.transcripts = transcripts
         self.llm = llm
         self.policy = policy
         self.clock = clock
+        self.on_archive_failed = on_archive_failed or (lambda: None)
 
     async def compact(self, session_id: str) -> CompactionResult | None:
         """Compact the session; None when there was nothing to do or it had to wait."""
@@ -185,6 +187,8 @@ class Compactor:
             result = await self._run(ref, number, previous, rows)
         except (StorageError, LLMError, SQLAlchemyError) as exc:
             log.warning("compaction.deferred", session_id=session_id, error=str(exc))
+            if isinstance(exc, StorageError):
+                self.on_archive_failed()
             await self._back_to_active(session_id)
             return None
         if result is None:
