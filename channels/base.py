@@ -23,6 +23,10 @@ class ChannelType(StrEnum):
     WEB = "web"
 
 
+# Channels whose adapters deliver `OutboundMessage.file` (the others get a download link).
+FILE_CHANNELS = frozenset({ChannelType.SLACK, ChannelType.EMAIL})
+
+
 @dataclass(frozen=True, slots=True)
 class Attachment:
     """A file that came with a message; the gateway keeps its metadata, not its bytes."""
@@ -124,6 +128,15 @@ class ChannelMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class FileToSend:
+    """A file that goes with a reply (a user's `/export`), where the channel can carry one."""
+
+    filename: str
+    content_type: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
 class OutboundMessage:
     """A reply to send: where (channel, thread, reply context) and what."""
 
@@ -135,6 +148,7 @@ class OutboundMessage:
     thread_id: str = ""
     in_reply_to: str | None = None
     reply_context: Mapping[str, Any] = field(default_factory=dict)
+    file: FileToSend | None = None
 
 
 @dataclass(frozen=True, slots=True)

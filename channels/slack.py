@@ -418,20 +418,39 @@ class SlackChannel:
         pieces = split_for_slack(markdown_to_mrkdwn(message.content)) or ["…"]
         posted = self._partial.setdefault(message.message_id, [])
         for piece in pieces[len(posted) :]:
-            try:
-                answer = await self.client.chat_postMessage(
+            answer = await self._call(
+                message.message_id,
+                self.client.chat_postMessage(
                     channel=channel, text=piece, thread_ts=thread_ts, mrkdwn=True
-                )
-            except SlackApiError as exc:
-                error = _delivery_error(exc)
-                if error.permanent:
-                    self._partial.pop(message.message_id, None)
-                raise error from exc
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise DeliveryError(f"Slack unreachable: {exc or type(exc).__name__}") from exc
+                ),
+            )
             posted.append(str(answer.get("ts") or ""))
+        if message.file is not None:
+            # The file goes last: a retry after a failed upload posts no text twice.
+            await self._call(
+                message.message_id,
+                self.client.files_upload_v2(
+                    channel=channel,
+                    thread_ts=thread_ts,
+                    content=message.file.content,
+                    filename=message.file.filename,
+                    title=message.file.filename,
+                ),
+            )
         self._partial.pop(message.message_id, None)
         return DeliveryReceipt(platform_message_id=posted[0] if posted else None)
+
+    async def _call(self, reply_id: str, call: Awaitable[Any]) -> Any:
+        """One Web API call of a send, its failures as `DeliveryError`s."""
+        try:
+            return await call
+        except SlackApiError as exc:
+            error = _delivery_error(exc)
+            if error.permanent:
+                self._partial.pop(reply_id, None)
+            raise error from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise DeliveryError(f"Slack unreachable: {exc or type(exc).__name__}") from exc
 
 
 REPLAY_WINDOW_SECONDS = 300

@@ -7,6 +7,7 @@ A command is answered by the gateway itself; it never reaches the model or the t
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import secrets
 from dataclasses import dataclass
@@ -14,10 +15,11 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from channels.base import ChannelMessage
+from channels.base import FILE_CHANNELS, ChannelMessage, FileToSend
 from gateway.identity import ResolvedUser
 from gateway.log import get_logger
 from gateway.router import RoutingPolicy, find_session
+from sessions.export import export_session
 from sessions.lifecycle import transition
 from storage.models import Session, SessionStatus
 from storage.repositories import ExportLinkRepository, SessionRepository
@@ -53,10 +55,11 @@ class Command:
 
 @dataclass(frozen=True, slots=True)
 class CommandOutcome:
-    """The reply to a command and the session it concerns (if any)."""
+    """The reply to a command, the session it concerns (if any) and a file to send with it."""
 
     reply: str
     session_id: str | None = None
+    file: FileToSend | None = None
 
 
 def parse_command(message: ChannelMessage) -> Command | None:
@@ -279,8 +282,17 @@ async def _export(command: Command, context: CommandContext) -> CommandOutcome:
     )
     link = f"{context.public_url.rstrip('/')}/web/v1/exports/{token}"
     log.info("export.link_created", session_id=target.id, user_id=context.user.user_id)
+    summary = f"Your export of session {short_id(target.id)} ({target.message_count} messages)"
+    if context.message.channel_type not in FILE_CHANNELS:
+        return CommandOutcome(f"{summary} is ready for 24 hours: {link}", target.id)
+    data = await export_session(context.db, target)
+    attached = FileToSend(
+        filename=f"session-{short_id(target.id)}.json",
+        content_type="application/json",
+        content=json.dumps(data, indent=2, ensure_ascii=False),
+    )
     return CommandOutcome(
-        f"Your export of session {short_id(target.id)} ({target.message_count} messages) is "
-        f"ready for 24 hours: {link}",
+        f"{summary} is attached; it is also available for 24 hours at {link}",
         target.id,
+        attached,
     )

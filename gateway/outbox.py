@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from channels.base import ChannelAdapter, ChannelType, OutboundMessage
+from channels.base import ChannelAdapter, ChannelType, FileToSend, OutboundMessage
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
@@ -30,6 +30,8 @@ from storage.repositories import OutboxRepository
 log = get_logger(__name__)
 
 CLAIM_BATCH = 50
+# The outbound row keeps a reply's file (an export) in its reply context under this key.
+ATTACHMENT_KEY = "attachment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +172,8 @@ class OutboxSender:
 
 
 def _outbound(row: OutboundRow) -> OutboundMessage:
+    context = dict(row.reply_context)
+    attached = context.pop(ATTACHMENT_KEY, None)
     return OutboundMessage(
         message_id=row.message_id,
         channel_type=ChannelType(row.channel_type),
@@ -178,7 +182,8 @@ def _outbound(row: OutboundRow) -> OutboundMessage:
         user_id=row.user_id,
         thread_id=row.thread_id,
         in_reply_to=row.in_reply_to,
-        reply_context=row.reply_context,
+        reply_context=context,
+        file=FileToSend(**attached) if isinstance(attached, dict) else None,
     )
 
 

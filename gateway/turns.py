@@ -13,6 +13,7 @@ A restart repeats only what did not commit: step 1 is skipped when the event has
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -22,11 +23,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from channels.base import ChannelMessage
+from channels.base import ChannelMessage, FileToSend
 from gateway.commands import Command, CommandContext, parse_command, run_command
 from gateway.identity import ResolvedUser
 from gateway.log import bind_turn_context, clear_turn_context, get_logger
 from gateway.metrics import GatewayMetrics
+from gateway.outbox import ATTACHMENT_KEY
 from gateway.router import RoutingPolicy, resolve_session
 from sessions.engine import SessionEngine
 from sessions.llm import estimate_tokens
@@ -317,6 +319,7 @@ class TurnProcessor:
                 user_id=user.user_id,
                 session_id=outcome.session_id,
                 kind="command",
+                file=outcome.file,
             )
             await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
         self.on_reply()
@@ -379,6 +382,7 @@ class TurnProcessor:
         session_id: str | None = None,
         kind: str = "reply",
         outbound_id: str | None = None,
+        file: FileToSend | None = None,
     ) -> None:
         delivered = message.channel_type.value in self.settings.pull_channels
         if delivered:
@@ -395,7 +399,10 @@ class TurnProcessor:
             user_id=user_id,
             session_id=session_id,
             inbound_event_id=event_id,
-            reply_context=dict(message.reply_context),
+            reply_context={
+                **message.reply_context,
+                **({ATTACHMENT_KEY: dataclasses.asdict(file)} if file is not None else {}),
+            },
             at=self.clock(),
         )
 

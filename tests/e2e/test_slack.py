@@ -274,3 +274,21 @@ async def test_an_unknown_slack_user_is_linked_by_the_email_in_their_profile(
         await wait_for_posts(slack_api, 1)
         (session,) = await rows(gateway, Session)
     assert session.user_id == "bob"
+
+
+async def test_export_in_a_slack_dm_uploads_the_session_as_a_file(
+    database_url: str, tmp_path: Path, slack_api: FakeSlackAPI
+) -> None:
+    async with running_gateway(slack_config(database_url, tmp_path, slack_api)) as gateway:
+        hello = event_envelope(direct_message("remember the anvil", ts="1700000900.1"), "EvH")
+        await send_event(gateway.client, hello)
+        await wait_for_posts(slack_api, 1)
+        export = event_envelope(direct_message("/export", ts="1700000901.1"), "EvX")
+        await send_event(gateway.client, export)
+        posts = await wait_for_posts(slack_api, 2)
+    (upload,) = slack_api.uploads.values()
+    assert "is attached" in posts[1]["text"]
+    assert upload["channel"] == "D0001"
+    assert upload["filename"].endswith(".json")
+    exported = json.loads(upload["content"])
+    assert exported["messages"][0]["content"] == "remember the anvil"

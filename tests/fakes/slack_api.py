@@ -64,6 +64,7 @@ class FakeSlackAPI:
         self.socket_url = ""
         self.auth_error: str | None = None
         self.fail_attempts: dict[int, SlackFailure] = {}  # nth chat.postMessage (1-based)
+        self.uploads: dict[str, dict[str, Any]] = {}  # file id → filename, content, channel
         self._attempts = 0
         self._ts = 0
         self._lock = threading.Lock()
@@ -105,6 +106,17 @@ class FakeSlackAPI:
             return JSONResponse({"ok": True, "url": self.socket_url})
         if method in ("chat.postMessage", "chat.update"):
             return self._post(call)
+        if method == "files.getUploadURLExternal":
+            file_id = f"F{len(self.uploads) + 1:05d}"
+            self.uploads[file_id] = {"filename": params.get("filename"), "content": None}
+            url = f"http://127.0.0.1:{self.port}/upload/{file_id}"
+            return JSONResponse({"ok": True, "upload_url": url, "file_id": file_id})
+        if method == "files.completeUploadExternal":
+            files = json.loads(str(params.get("files") or "[]"))
+            for item in files:
+                self.uploads[item["id"]]["channel"] = params.get("channel_id")
+                self.uploads[item["id"]]["thread_ts"] = params.get("thread_ts")
+            return JSONResponse({"ok": True, "files": files})
         return JSONResponse({"ok": False, "error": "unknown_method"}, status_code=404)
 
     def _post(self, call: SlackCall) -> Response:
@@ -126,6 +138,10 @@ class FakeSlackAPI:
         call.params["ts"] = ts
         return JSONResponse({"ok": True, "channel": call.params.get("channel"), "ts": ts})
 
+    async def _upload(self, request: Request) -> Response:
+        self.uploads[request.path_params["file_id"]]["content"] = (await request.body()).decode()
+        return Response(f"OK - {len(self.uploads)}")
+
     async def _posted(self, _request: Request) -> Response:
         # For a benchmark running this server as a process of its own.
         return JSONResponse([post["channel"] for post in self.posts()])
@@ -136,6 +152,7 @@ class FakeSlackAPI:
             routes=[
                 Route("/api/{method}", self._call, methods=["GET", "POST"]),
                 Route("/_posted", self._posted, methods=["GET"]),
+                Route("/upload/{file_id}", self._upload, methods=["POST"]),
             ]
         )
 
