@@ -60,7 +60,24 @@ def _parser() -> argparse.ArgumentParser:
     package.add_argument("--name", default="Assistant", help="the app's short name (<= 30)")
     package.add_argument("--version", default="1.0.0", help="the app package version (semver)")
     package.set_defaults(handler=_teams_package)
+    _add_email_commands(commands)
     return parser
+
+
+def _add_email_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    email = commands.add_parser("email", help="email channel tools")
+    email_commands = email.add_subparsers(dest="email_command", required=True)
+    parse = email_commands.add_parser("parse", help="show what the gateway makes of a mail")
+    parse.add_argument("file", type=Path, help="the raw mail (.eml)")
+    parse.add_argument("--json", action="store_true", help="print JSON")
+    parse.add_argument("--no-auth", action="store_true", help="skip sender authentication (DNS)")
+    parse.add_argument("--client-ip", help="the connecting client's IP, for SPF")
+    parse.add_argument("--helo", default="", help="the client's HELO name, for SPF")
+    parse.add_argument("--mail-from", default="", help="the envelope sender, for SPF")
+    parse.add_argument(
+        "--authserv-id", help="read the verdict of this trusted MTA instead of verifying"
+    )
+    parse.set_defaults(handler=_email_parse)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -111,6 +128,31 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
     revision = asyncio.run(upgrade())
     print(f"database at revision {revision}")
+    return EXIT_OK
+
+
+def _email_parse(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    from channels.email_auth import Envelope  # noqa: PLC0415  (mail libraries: only here)
+    from channels.email_describe import describe_email, describe_text  # noqa: PLC0415
+
+    try:
+        data = args.file.read_bytes()
+    except OSError as exc:
+        print(f"gateway: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    summary = describe_email(
+        data,
+        check_auth=not args.no_auth,
+        mode="trusted_mta" if args.authserv_id else "verify",
+        envelope=Envelope(client_ip=args.client_ip, helo=args.helo, mail_from=args.mail_from),
+        trusted_authserv_id=args.authserv_id,
+    )
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        print(describe_text(summary))
     return EXIT_OK
 
 

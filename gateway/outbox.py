@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -215,3 +215,19 @@ class OutboxFeed:
             for row in rows
         ]
         return messages, (rows[-1].id if rows else after)
+
+
+class SentReplies:
+    """The email channel's view of our own replies: their texts, by our or the platform's id
+    (so quoted copies of them can be cut from answers)."""
+
+    def __init__(self, database: Database, channel_type: ChannelType) -> None:
+        self.database = database
+        self.channel_type = channel_type
+
+    async def texts(self, message_ids: Sequence[str]) -> list[str]:
+        """The texts of our replies with these ids (`message_id` or `platform_message_id`)."""
+        if not message_ids:
+            return []
+        async with self.database.session() as db:
+            return await OutboxRepository(db).texts_of(self.channel_type.value, message_ids)

@@ -25,7 +25,7 @@ from gateway.jobs import BackgroundJobs
 from gateway.locks import turn_locks_for
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
-from gateway.outbox import OutboxFeed, OutboxSender
+from gateway.outbox import OutboxFeed, OutboxSender, SentReplies
 from gateway.router import RoutingPolicy, SessionThreads
 from gateway.settings import GatewayConfig, TranscriptsConfig
 from gateway.turns import TurnProcessor, TurnSettings
@@ -34,11 +34,13 @@ from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import EngineSettings, SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from storage.database import Database
+from storage.errors import GatewayError
 from storage.models import InboundEvent, InboundStatus, Session, SessionStatus, utcnow
 from storage.repositories import OutboxRepository
 from storage.transcripts import LocalTranscriptStore, TranscriptStore
 
 if TYPE_CHECKING:
+    from channels.email import EmailChannel
     from channels.slack import SlackChannel
     from channels.teams import TeamsChannel
 
@@ -185,6 +187,58 @@ def open_teams(
     )
 
 
+async def _listen_for_email(email: EmailChannel, config: GatewayConfig) -> None:
+    settings = config.channels.email
+    try:
+        await email.start()
+    except OSError as exc:
+        raise GatewayError(
+            f"cannot listen for email on {settings.listen_host}:{settings.listen_port} "
+            f"(channels.email): {exc.strerror or exc}"
+        ) from exc
+    log.info("email.listening", host=settings.listen_host, port=email.port)
+
+
+def open_email(
+    config: GatewayConfig,
+    inbox: Inbox,
+    database: Database,
+    metrics: GatewayMetrics,
+    clock: Callable[[], datetime],
+) -> EmailChannel | None:
+    """The email channel when enabled (the mail libraries are imported only then)."""
+    email = config.channels.email
+    if not email.enabled:
+        return None
+    from channels.email import EmailChannel, EmailSettings  # noqa: PLC0415
+
+    outbound = email.outbound
+    return EmailChannel(
+        EmailSettings(
+            addresses=tuple(email.addresses),
+            listen_host=email.listen_host,
+            listen_port=email.listen_port,
+            max_message_bytes=email.max_message_bytes,
+            auth_mode=email.auth.mode,
+            trusted_authserv_id=email.auth.trusted_authserv_id,
+            outbound_host=outbound.host,
+            outbound_port=outbound.port,
+            outbound_starttls=outbound.starttls,
+            outbound_username=outbound.username,
+            outbound_password=outbound.password.get_secret_value(),
+            tls_cert=email.tls_cert,
+            tls_key=email.tls_key,
+            replies_per_sender_per_hour=email.replies_per_sender_per_hour,
+        ),
+        inbox,
+        clock=clock,
+        sent=SentReplies(database, ChannelType.EMAIL),
+        on_rejected=lambda status, _reason: metrics.messages_rejected.labels(
+            "email", str(status)
+        ).inc(),
+    )
+
+
 @dataclass
 class GatewayRuntime:
     """Everything request handlers and background loops need, wired from the config."""
@@ -203,6 +257,7 @@ class GatewayRuntime:
     web: WebChannel | None
     slack: SlackChannel | None = None
     teams: TeamsChannel | None = None
+    email: EmailChannel | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -233,6 +288,8 @@ class GatewayRuntime:
         try:
             if runtime.slack is not None:
                 await runtime.slack.start()
+            if runtime.email is not None:
+                await _listen_for_email(runtime.email, config)
         except BaseException:
             await runtime.close()
             raise
@@ -297,6 +354,9 @@ class GatewayRuntime:
         slack = open_slack(config, inbox, database, metrics)
         if slack is not None:
             adapters[ChannelType.SLACK] = slack
+        email = open_email(config, inbox, database, metrics, clock)
+        if email is not None:
+            adapters[ChannelType.EMAIL] = email
         teams = open_teams(config, inbox, metrics, clock)
         if teams is not None:
             adapters[ChannelType.TEAMS] = teams
@@ -351,6 +411,7 @@ class GatewayRuntime:
             web=web,
             slack=slack,
             teams=teams,
+            email=email,
             admin=admin,
         )
 
@@ -387,6 +448,8 @@ class GatewayRuntime:
             await self.slack.close()
         if self.teams is not None:
             await self.teams.close()
+        if self.email is not None:
+            await self.email.stop()
         await self.dispatcher.stop()
         self.outbox.stop()
         self.jobs.stop()

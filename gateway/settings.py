@@ -568,6 +568,21 @@ class EmailChannelConfig(StrictModel):
     max_message_bytes: int = Field(default=26_214_400, ge=1)
     auth: EmailAuthConfig = Field(default_factory=EmailAuthConfig)
     outbound: EmailOutboundConfig = Field(default_factory=EmailOutboundConfig)
+    # STARTTLS for the inbound server: a PEM certificate chain and its private key.
+    tls_cert: Annotated[Path | None, BeforeValidator(_empty_to_none)] = None
+    tls_key: Annotated[Path | None, BeforeValidator(_empty_to_none)] = Field(
+        default=None, validate_default=True
+    )
+    # Mails routed per sender and hour; more are deferred with 451 (0: no limit).
+    replies_per_sender_per_hour: int = Field(default=30, ge=0)
+
+    @field_validator("tls_key")
+    @classmethod
+    def _tls_needs_cert_and_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        """A certificate without its key (or the reverse) cannot start TLS."""
+        if (value is None) != (info.data.get("tls_cert") is None):
+            raise _rule_error("tls_cert and tls_key must be set together")
+        return value
 
     @field_validator("addresses")
     @classmethod

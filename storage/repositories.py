@@ -682,6 +682,17 @@ class OutboxRepository:
         )
         return result.scalar_one_or_none()
 
+    async def texts_of(self, channel_type: str, message_ids: Sequence[str]) -> list[str]:
+        """The texts of the channel's replies sent with these ids (ours or the platform's)."""
+        result = await self.session.execute(
+            select(OutboundMessage.content).where(
+                OutboundMessage.channel_type == channel_type,
+                (OutboundMessage.message_id.in_(message_ids))
+                | (OutboundMessage.platform_message_id.in_(message_ids)),
+            )
+        )
+        return list(result.scalars())
+
     async def backlog(self) -> int:
         """How many replies wait to be sent."""
         result = await self.session.execute(

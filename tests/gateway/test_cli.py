@@ -265,3 +265,72 @@ def test_teams_package_without_an_app_id_exits_2_naming_the_key(tmp_path: Path) 
     assert "channels.teams.app_id" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+FORWARDED_MAIL = b"""From: Alice Example <alice@example.com>
+To: assistant@acme.example
+Subject: Fwd: Budget 2025
+Message-ID: <fw-1@example.com>
+In-Reply-To: <reply.out-1@acme.example>
+References: <root@example.com> <reply.out-1@acme.example>
+Date: Sat, 01 Mar 2025 10:00:00 +0000
+MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="B"
+
+--B
+Content-Type: text/plain; charset=utf-8
+
+Please summarise.
+
+---------- Forwarded message ---------
+From: Bob Builder <bob@example.org>
+Date: Mon, Feb 3, 2025 at 9:00 AM
+Subject: Budget 2025
+To: Alice <alice@example.com>
+
+
+The budget is 10k.
+--B
+Content-Type: application/pdf; name="q1.pdf"
+Content-Disposition: attachment; filename="q1.pdf"
+Content-Transfer-Encoding: base64
+
+JVBERi0xLjQK
+--B--
+"""
+
+
+def test_email_parse_prints_the_message_the_gateway_would_route(tmp_path: Path) -> None:
+    path = tmp_path / "forward.eml"
+    path.write_bytes(FORWARDED_MAIL)
+    result = gateway("email", "parse", str(path), "--json", "--no-auth")
+    assert result.returncode == 0, result.stderr
+    parsed = json.loads(result.stdout)
+    assert parsed["message_id"] == "fw-1@example.com"
+    assert parsed["thread_id"] == "root@example.com"
+    assert parsed["in_reply_to"] == ["reply.out-1@acme.example"]
+    assert set(parsed["references"]) == {"root@example.com", "reply.out-1@acme.example"}
+    assert parsed["content"] == "Please summarise."
+    assert parsed["forwarded"] == {
+        "from": {"address": "bob@example.org", "name": "Bob Builder"},
+        "subject": "Budget 2025",
+        "date": "Mon, Feb 3, 2025 at 9:00 AM",
+        "body": "The budget is 10k.",
+    }
+    assert parsed["attachments"] == [
+        {"filename": "q1.pdf", "content_type": "application/pdf", "size": 9}
+    ]
+    assert parsed["auth"] == {"skipped": True}
+
+
+def test_email_parse_explains_mail_it_cannot_route(tmp_path: Path) -> None:
+    path = tmp_path / "junk.eml"
+    path.write_bytes(b"\x00\xff binary junk without headers")
+    result = gateway("email", "parse", str(path), "--json", "--no-auth")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "gateway: the message has no valid From address"
+    assert "Traceback" not in result.stderr
+
+    missing = gateway("email", "parse", str(tmp_path / "absent.eml"), "--no-auth")
+    assert missing.returncode == 1
+    assert "cannot read" in missing.stderr

@@ -53,7 +53,9 @@ def test_example_config_runs_on_the_embedded_defaults():
     assert example.channels.web == defaults.channels.web
     assert example.channels.slack == defaults.channels.slack
     assert example.channels.teams == defaults.channels.teams
-    assert example.channels.email.enabled is False
+    # The one difference: `make run` listens for email on a local port.
+    assert example.channels.email.enabled is True
+    assert example.channels.email.listen_host == "127.0.0.1"
 
 
 def test_example_config_takes_the_anthropic_key_from_the_environment():
