@@ -7,14 +7,20 @@ fails after `max_retries` becomes an `LLMError` carrying the status and the API'
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import anthropic
+import structlog
 
 from sessions.llm import ContentBlock, LLMMessage, LLMRequest, LLMResponse
 from storage.errors import LLMError
+
+log = structlog.stdlib.get_logger(__name__)
+
+MALFORMED_RETRY_SECONDS = 0.5
 
 Provider = Literal["anthropic", "bedrock", "vertex"]
 
@@ -88,34 +94,51 @@ class AnthropicLLM:
                 {"name": t.name, "description": t.description, "input_schema": t.input_schema}
                 for t in request.tools
             ]
+        malformed: Exception | None = None
+        for attempt in range(self.settings.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(min(MALFORMED_RETRY_SECONDS * 2 ** (attempt - 1), 8.0))
+            try:
+                return _response(await self._create(options))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                # A body that is not the Messages API's JSON (a proxy's error page, a cut-off
+                # answer): the SDK does not retry these, so this does.
+                malformed = exc
+                log.warning("llm.malformed_answer", attempt=attempt + 1, error=str(exc)[:200])
+        raise LLMError(f"the model API returned a malformed answer: {malformed}")
+
+    async def _create(self, options: dict[str, Any]) -> Any:
         try:
-            message = await self._client.messages.create(**options)
+            return await self._client.messages.create(**options)
         except anthropic.APIStatusError as exc:
             raise LLMError(
                 f"the model API answered {exc.status_code}: {_api_message(exc)}"
             ) from exc
         except anthropic.APIConnectionError as exc:
             raise LLMError(f"the model API could not be reached: {exc}") from exc
+        except anthropic.APIResponseValidationError as exc:
+            raise ValueError(f"the answer does not match the Messages API: {exc}") from exc
         except anthropic.APIError as exc:
             raise LLMError(f"the model API failed: {exc}") from exc
-        blocks = tuple(
-            block.model_dump(mode="json", exclude_none=True) for block in message.content
-        )
-        if not blocks and message.stop_reason is None:
-            raise LLMError("the model API returned an empty message")
-        text = "".join(block.get("text", "") for block in blocks if block.get("type") == "text")
-        return LLMResponse(
-            text=text,
-            input_tokens=message.usage.input_tokens,
-            output_tokens=message.usage.output_tokens,
-            model=message.model,
-            blocks=blocks,
-            stop_reason=message.stop_reason or "end_turn",
-        )
 
     async def close(self) -> None:
         """Close the SDK's connection pool."""
         await self._client.close()
+
+
+def _response(message: Any) -> LLMResponse:
+    blocks = tuple(block.model_dump(mode="json", exclude_none=True) for block in message.content)
+    if not blocks and message.stop_reason is None:
+        raise LLMError("the model API returned an empty message")
+    text = "".join(block.get("text", "") for block in blocks if block.get("type") == "text")
+    return LLMResponse(
+        text=text,
+        input_tokens=message.usage.input_tokens,
+        output_tokens=message.usage.output_tokens,
+        model=message.model,
+        blocks=blocks,
+        stop_reason=message.stop_reason or "end_turn",
+    )
 
 
 def _api_message(exc: anthropic.APIStatusError) -> str:

@@ -30,7 +30,8 @@ from tests.e2e.harness import free_port
 
 @dataclass
 class Scripted:
-    """One scripted answer: an HTTP error, a tool call, or text; optionally after a delay."""
+    """One scripted answer: an HTTP error, a tool call, text or a raw (malformed) body;
+    optionally after a delay."""
 
     status: int = 200
     error_type: str = "overloaded_error"
@@ -38,6 +39,7 @@ class Scripted:
     tool_use: dict[str, Any] | None = None
     text: str | None = None
     delay: float = 0.0
+    raw: str | None = None  # a body sent as it is (a malformed answer)
 
 
 def _text_of(content: Any) -> str:
@@ -96,6 +98,8 @@ class FakeAnthropicAPI:
         scripted = self.script.popleft() if self.script else Scripted()
         if scripted.delay:
             await asyncio.sleep(scripted.delay)
+        if scripted.raw is not None:
+            return Response(scripted.raw, media_type="application/json")
         if scripted.status != 200:
             return JSONResponse(
                 {"type": "error", "error": {"type": scripted.error_type, "message": "scripted"}},
