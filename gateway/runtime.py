@@ -196,7 +196,6 @@ async def _listen_for_email(email: EmailChannel, config: GatewayConfig) -> None:
             f"cannot listen for email on {settings.listen_host}:{settings.listen_port} "
             f"(channels.email): {exc.strerror or exc}"
         ) from exc
-    log.info("email.listening", host=settings.listen_host, port=email.port)
 
 
 def open_email(
