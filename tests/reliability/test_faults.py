@@ -74,6 +74,27 @@ channels:
     return path
 
 
+def slack_gateway_config(database_url: str, tmp_path: Path, api: FakeSlackAPI) -> Any:
+    """A gateway in the test's event loop with ten Slack users (U0000 … U0009)."""
+    return gateway_config(
+        database_url,
+        tmp_path,
+        identity={
+            "users": [
+                {"id": f"u{n}", "org": "acme", "slack": [f"{TEAM}:U{n:04d}"]} for n in range(10)
+            ]
+        },
+        channels={
+            "slack": {
+                "enabled": True,
+                "bot_token": "xoxb-test",
+                "signing_secret": SIGNING_SECRET,
+                "api_base_url": api.url,
+            }
+        },
+    )
+
+
 def dm_event(index: int) -> dict[str, Any]:
     user = index % 10
     event = direct_message(
@@ -157,23 +178,7 @@ async def test_a_database_outage_answers_503_then_recovers_without_losing_anythi
     admin = _libpq_url(POSTGRES_ADMIN_URL)
     database = make_url(fresh_postgres_url).database
     assert database is not None
-    config = gateway_config(
-        fresh_postgres_url,
-        tmp_path,
-        identity={
-            "users": [
-                {"id": f"u{n}", "org": "acme", "slack": [f"{TEAM}:U{n:04d}"]} for n in range(10)
-            ]
-        },
-        channels={
-            "slack": {
-                "enabled": True,
-                "bot_token": "xoxb-test",
-                "signing_secret": SIGNING_SECRET,
-                "api_base_url": slack_api.url,
-            }
-        },
-    )
+    config = slack_gateway_config(fresh_postgres_url, tmp_path, slack_api)
     events = [dm_event(index) for index in range(12)]
     async with running_gateway(config) as gateway:
         client = gateway.client
@@ -319,23 +324,7 @@ async def test_a_slack_rate_limit_and_error_storm_still_posts_each_reply_once(
             slack_api.fail_attempts[attempt] = SlackFailure(429, "ratelimited", "0")
         else:
             slack_api.fail_attempts[attempt] = SlackFailure(503, "service_unavailable", None)
-    config = gateway_config(
-        fresh_postgres_url,
-        tmp_path,
-        identity={
-            "users": [
-                {"id": f"u{n}", "org": "acme", "slack": [f"{TEAM}:U{n:04d}"]} for n in range(10)
-            ]
-        },
-        channels={
-            "slack": {
-                "enabled": True,
-                "bot_token": "xoxb-test",
-                "signing_secret": SIGNING_SECRET,
-                "api_base_url": slack_api.url,
-            }
-        },
-    )
+    config = slack_gateway_config(fresh_postgres_url, tmp_path, slack_api)
     events = [dm_event(index) for index in range(6)]
     async with running_gateway(config) as gateway:
         for envelope in events:
