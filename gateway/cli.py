@@ -50,6 +50,19 @@ def _parser() -> argparse.ArgumentParser:
     upgrade.add_argument("--config", type=Path, help="YAML config (default: embedded defaults)")
     upgrade.set_defaults(handler=_db_upgrade)
 
+    recall = commands.add_parser("recall", help="search earlier conversations (admins)")
+    recall_commands = recall.add_subparsers(dest="recall_command", required=True)
+    search = recall_commands.add_parser("search", help="search one user's conversations")
+    search.add_argument("query")
+    search.add_argument("--user", required=True, help="the user's id")
+    search.add_argument("--limit", type=int, default=10, help="results at most (10)")
+    search.add_argument("--config", type=Path, help="YAML config (default: embedded defaults)")
+    search.add_argument("--json", action="store_true", help="print a JSON array")
+    search.set_defaults(handler=_recall_search)
+    reindex = recall_commands.add_parser("reindex", help="rebuild the recall index")
+    reindex.add_argument("--config", type=Path, help="YAML config (default: embedded defaults)")
+    reindex.set_defaults(handler=_recall_reindex)
+
     add_admin_commands(commands)
 
     teams = commands.add_parser("teams", help="Microsoft Teams tools")
@@ -128,6 +141,54 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
     revision = asyncio.run(upgrade())
     print(f"database at revision {revision}")
+    return EXIT_OK
+
+
+def _recall_search(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    configure_logging(config.logging.format, "warning")
+    import json  # noqa: PLC0415
+
+    from sessions.recall import RecallHit, RecallSearch  # noqa: PLC0415  (SQLAlchemy: lazily)
+    from storage.database import Database  # noqa: PLC0415
+    from storage.repositories import UserRepository  # noqa: PLC0415
+
+    async def search() -> list[RecallHit]:
+        database = Database(config.storage.database_url, pool_size=1)
+        try:
+            async with database.session() as db:
+                if await UserRepository(db).get(args.user) is None:
+                    raise GatewayError(f"no user {args.user!r}")
+            return await RecallSearch(database).search(args.user, args.query, max(args.limit, 1))
+        finally:
+            await database.dispose()
+
+    hits = asyncio.run(search())
+    if args.json:
+        print(json.dumps([hit.as_json() for hit in hits], indent=2, ensure_ascii=False))
+        return EXIT_OK
+    for hit in hits:
+        who = hit.speaker if hit.kind == "turn" else "summary"
+        text = " ".join(hit.text.split())
+        print(f"{hit.date:%Y-%m-%d %H:%M} {hit.session_id[:8]} {who} [{hit.score:.2f}] {text}")
+    return EXIT_OK
+
+
+def _recall_reindex(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    configure_logging(config.logging.format, config.logging.level)
+    from storage.database import Database  # noqa: PLC0415  (SQLAlchemy: only when needed)
+    from storage.recall_index import RecallIndexRepository  # noqa: PLC0415
+
+    async def reindex() -> int:
+        database = Database(config.storage.database_url, pool_size=1)
+        try:
+            async with database.session() as db:
+                return await RecallIndexRepository(db).rebuild()
+        finally:
+            await database.dispose()
+
+    print(f"recall index rebuilt: {asyncio.run(reindex())} entries")
     return EXIT_OK
 
 

@@ -31,7 +31,7 @@ from gateway.settings import GatewayConfig, TranscriptsConfig
 from gateway.turns import TurnProcessor, TurnSettings
 from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
 from sessions.compaction import CompactionPolicy, Compactor
-from sessions.engine import EngineSettings, SessionEngine
+from sessions.engine import EngineSettings, RecallSettings, SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from storage.database import Database
 from storage.errors import GatewayError
@@ -131,6 +131,13 @@ def open_engine(
             summary_min_user_messages=sessions.summary_min_user_messages,
         ),
         clock=clock,
+        recall=RecallSettings(
+            auto_hits=config.recall.auto_hits,
+            auto_context_tokens=config.recall.auto_context_tokens,
+            tool=config.recall.tool,
+        )
+        if config.recall.enabled
+        else None,
     )
 
 

@@ -55,6 +55,7 @@ __all__ = [
     "LoggingConfig",
     "OrganizationConfig",
     "ProvisionConfig",
+    "RecallConfig",
     "S3Config",
     "ServerConfig",
     "SessionsConfig",
@@ -352,6 +353,19 @@ class SessionsConfig(StrictModel):
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
 
 
+class RecallConfig(StrictModel):
+    """Recall: what was said in earlier sessions, found by search and used in turns.
+
+    Every turn and summary is indexed in the database whatever these say; they decide how
+    turns use the index.
+    """
+
+    enabled: bool = True
+    auto_hits: int = Field(default=5, ge=0)
+    auto_context_tokens: int = Field(default=600, ge=0)
+    tool: bool = True
+
+
 class OrganizationConfig(StrictModel):
     """An organization; its ``context`` is added to the system prompt of its users."""
 
@@ -630,6 +644,7 @@ class GatewayConfig(StrictModel):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
+    recall: RecallConfig = Field(default_factory=RecallConfig)
     organizations: tuple[OrganizationConfig, ...] = ()
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)

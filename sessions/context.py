@@ -1,7 +1,8 @@
 """Context assembly: what the model sees on a turn, within `history_budget_tokens`.
 
 In order: the system prompt with the organization's context, what is known about the user
-(memory facts), "Recent conversations" (summaries of the user's last sessions); then, as
+(memory facts), "Recent conversations" (summaries of the user's last sessions), "From
+earlier conversations" (passages recall found for the latest message); then, as
 messages, the latest compaction summary as an assistant `<summary>` block, and the messages
 since that compaction. When the turn is in a thread, the thread's messages come first in the
 budget and the rest of the session fills what is left, so a reply in a thread knows both.
@@ -18,6 +19,10 @@ from datetime import datetime
 
 from sessions.llm import ContentBlock, LLMMessage, LLMRequest, ToolSpec, block_text, estimate_tokens
 
+EARLIER_HEADING = (
+    "From earlier conversations (passages found by searching them for the user's latest "
+    "message; they may be incomplete or unrelated):"
+)
 SUMMARY_LEAD_IN = "(Our conversation so far is summarised below; older messages are archived.)"
 
 
@@ -59,6 +64,22 @@ class RecentConversation:
 
 
 @dataclass(frozen=True, slots=True)
+class EarlierExcerpt:
+    """A passage of an earlier conversation found by recall, shown under "From earlier
+    conversations"; `speaker` is empty for a summary."""
+
+    session_id: str
+    date: datetime
+    speaker: str
+    text: str
+
+    def line(self) -> str:
+        """The excerpt as one line of the system prompt."""
+        who = self.speaker or "summary"
+        return f"- {self.date:%Y-%m-%d} {who} (session {self.session_id[:8]}): {self.text}"
+
+
+@dataclass(frozen=True, slots=True)
 class ContextInputs:
     """Everything assembly draws on, already loaded."""
 
@@ -70,6 +91,7 @@ class ContextInputs:
     compaction_summary: str | None
     history: Sequence[HistoryMessage]
     thread_id: str = ""
+    earlier_conversations: Sequence[EarlierExcerpt] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +111,8 @@ def system_prompt_for(system_prompt: str, org_name: str, org_context: str) -> st
 
 
 def build_system(inputs: ContextInputs) -> str:
-    """System prompt, organization, memory facts and recent conversations, in that order."""
+    """System prompt, organization, memory facts, recent conversations and passages from
+    earlier conversations, in that order."""
     parts = [system_prompt_for(inputs.system_prompt, inputs.org_name, inputs.org_context)]
     if inputs.memory_facts:
         parts.append(
@@ -101,6 +124,10 @@ def build_system(inputs: ContextInputs) -> str:
             for item in inputs.recent_conversations
         ]
         parts.append("Recent conversations:\n" + "\n".join(lines))
+    if inputs.earlier_conversations:
+        parts.append(
+            f"{EARLIER_HEADING}\n" + "\n".join(item.line() for item in inputs.earlier_conversations)
+        )
     return "\n\n".join(parts)
 
 

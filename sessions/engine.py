@@ -9,7 +9,7 @@ messages summarised; time for `/new`) as part of that reply. It knows nothing of
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,6 +20,7 @@ from sessions.compaction import CompactionPolicy, Compactor, as_history
 from sessions.context import (
     AssembledContext,
     ContextInputs,
+    EarlierExcerpt,
     RecentConversation,
     assemble,
     history_text,
@@ -40,8 +41,17 @@ from sessions.memory import (
     remember_facts,
     summarise_session,
 )
+from sessions.recall import (
+    SEARCH_TOOL,
+    SEARCH_TOOL_NAME,
+    RecallExclusions,
+    RecallOptions,
+    RecallSearch,
+    run_search_tool,
+)
 from storage.database import Database
 from storage.errors import LLMError, StorageError
+from storage.models import SessionMessage as SessionMessageRow
 from storage.models import SessionSummary as SessionSummaryRow
 from storage.repositories import (
     CompactionRepository,
@@ -88,6 +98,19 @@ class EngineSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RecallSettings:
+    """Recall in turns: passages of earlier conversations found for the latest user message
+    are added to the system context (at most `auto_hits`, within `auto_context_tokens`, each
+    cut at `excerpt_chars`), and the model may call `search_past_conversations` (`tool`)."""
+
+    auto_hits: int = 5
+    auto_context_tokens: int = 600
+    excerpt_chars: int = 400
+    tool: bool = True
+    options: RecallOptions = field(default_factory=RecallOptions)
+
+
+@dataclass(frozen=True, slots=True)
 class NewMessage:
     """A message the turn produced, to append to the session."""
 
@@ -117,6 +140,7 @@ class LoadedContext:
     messages_since_compaction: int
     session_started: datetime
     user_id: str
+    recall_exclusions: RecallExclusions = field(default_factory=RecallExclusions)
 
 
 class TokenEstimator:
@@ -155,12 +179,17 @@ class SessionEngine:
         *,
         clock: Callable[[], datetime],
         tools: tuple[Tool, ...] = (),
+        recall: RecallSettings | None = None,
     ) -> None:
         self.database = database
         self.compactor = compactor
         self.llm = llm
         self.settings = settings
         self.clock = clock
+        self.recall_settings = recall
+        self.recall = RecallSearch(database, recall.options) if recall else None
+        if recall is not None and recall.tool:
+            tools = (Tool(SEARCH_TOOL, self._search_past_conversations), *tools)
         self.tools = {tool.spec.name: tool for tool in tools}
         self.tokens = TokenEstimator()
 
@@ -184,7 +213,7 @@ class SessionEngine:
                 count=context.dropped_messages,
             )
         messages, response, input_tokens, output_tokens = await self._call_with_tools(
-            context.request, loaded.user_id
+            context.request, loaded.user_id, loaded.recall_exclusions
         )
         notices = [COMPACTION_NOTICE] if compacted else []
         if self.clock() - loaded.session_started > self.settings.suggest_new_after:
@@ -232,6 +261,12 @@ class SessionEngine:
         hot = self.settings.retention.select(
             [SessionSummary(s.session_id, s.summary, s.created_at) for s in summaries], now
         )
+        exclusions = RecallExclusions(
+            session_id=session_id,
+            after_seq=after,
+            summary_sessions=frozenset(s.session_id for s in hot),
+        )
+        earlier = await self._recall_earlier(session.user_id, rows, exclusions)
         inputs = ContextInputs(
             system_prompt=self.settings.system_prompt,
             org_name=organization.name if organization else session.org_id,
@@ -243,6 +278,7 @@ class SessionEngine:
             compaction_summary=latest.summary if latest else None,
             history=as_history(rows),
             thread_id=thread_id,
+            earlier_conversations=earlier,
         )
         context = assemble(
             inputs,
@@ -250,10 +286,51 @@ class SessionEngine:
             max_tokens=self.settings.max_tokens,
             tools=tuple(tool.spec for tool in self.tools.values()),
         )
-        return LoadedContext(context, len(rows), session.created_at, session.user_id)
+        return LoadedContext(context, len(rows), session.created_at, session.user_id, exclusions)
+
+    async def _recall_earlier(
+        self, user_id: str, rows: Sequence[SessionMessageRow], exclusions: RecallExclusions
+    ) -> tuple[EarlierExcerpt, ...]:
+        """Passages of earlier conversations for the latest user message, within the cap.
+
+        Recall only adds to a turn: when the search fails, the turn goes on without it.
+        """
+        settings = self.recall_settings
+        if self.recall is None or settings is None or settings.auto_hits < 1:
+            return ()
+        query = next((r.content for r in reversed(rows) if r.role == "user"), "")
+        if not query.strip():
+            return ()
+        try:
+            hits = await self.recall.search(user_id, query, settings.auto_hits, exclude=exclusions)
+        except StorageError as exc:
+            log.warning("recall.failed", user_id=user_id, error=str(exc))
+            return ()
+        excerpts: list[EarlierExcerpt] = []
+        used = 0
+        for hit in hits:
+            text = " ".join(hit.text.split())
+            if len(text) > settings.excerpt_chars:
+                text = text[: settings.excerpt_chars - 1].rstrip() + "…"
+            excerpt = EarlierExcerpt(hit.session_id, hit.date, hit.speaker, text)
+            cost = estimate_tokens(excerpt.line())
+            if used + cost > settings.auto_context_tokens:
+                break
+            excerpts.append(excerpt)
+            used += cost
+        if excerpts:
+            log.info("recall.added_to_context", count=len(excerpts), tokens=used)
+        return tuple(excerpts)
+
+    async def _search_past_conversations(self, tool_input: Mapping[str, Any], user_id: str) -> str:
+        """The tool outside a turn (nothing to exclude); inside one, `_run_tool` passes what
+        is already in the context."""
+        if self.recall is None:
+            raise LookupError("recall is not enabled")
+        return await run_search_tool(self.recall, tool_input, user_id)
 
     async def _call_with_tools(
-        self, request: LLMRequest, user_id: str
+        self, request: LLMRequest, user_id: str, exclusions: RecallExclusions
     ) -> tuple[list[NewMessage], LLMResponse, int, int]:
         produced: list[NewMessage] = []
         input_tokens = output_tokens = 0
@@ -265,7 +342,9 @@ class SessionEngine:
             output_tokens += response.output_tokens
             if response.stop_reason != "tool_use" or not response.tool_calls:
                 return produced, response, input_tokens, output_tokens
-            results = [await self._run_tool(call, user_id) for call in response.tool_calls]
+            results = [
+                await self._run_tool(call, user_id, exclusions) for call in response.tool_calls
+            ]
             call_message = NewMessage(
                 "assistant", response.text, response.output_tokens, response.blocks
             )
@@ -288,14 +367,21 @@ class SessionEngine:
             )
         raise LLMError(f"the model kept calling tools after {MAX_TOOL_ROUNDS} rounds")
 
-    async def _run_tool(self, call: ContentBlock, user_id: str) -> ContentBlock:
+    async def _run_tool(
+        self, call: ContentBlock, user_id: str, exclusions: RecallExclusions
+    ) -> ContentBlock:
         name = str(call.get("name"))
         tool = self.tools.get(name)
         result: ContentBlock = {"type": "tool_result", "tool_use_id": call.get("id")}
         if tool is None:
             return {**result, "content": f"unknown tool {name!r}", "is_error": True}
         try:
-            output = await tool.run(call.get("input") or {}, user_id)
+            if name == SEARCH_TOOL_NAME and self.recall is not None:
+                output = await run_search_tool(
+                    self.recall, call.get("input") or {}, user_id, exclude=exclusions
+                )
+            else:
+                output = await tool.run(call.get("input") or {}, user_id)
         except (ValueError, LookupError, StorageError) as exc:
             log.warning("tool.failed", tool=name, error=str(exc))
             return {**result, "content": f"the tool failed: {exc}", "is_error": True}

@@ -402,3 +402,35 @@ class JobLease(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(128))
     expires_at: Mapped[datetime]
+
+
+class RecallEntry(Base):
+    """One searchable text of a user: a turn, a session summary or a compaction summary.
+
+    Rows are written and removed by database triggers on `session_messages`,
+    `session_summaries` and `session_compactions` (migration 0002), never by the application,
+    so every writer keeps the index in step. The full-text structures over `body` are
+    backend-specific and not modelled here: an FTS5 table on SQLite, a `tsvector` column with
+    a GIN index and per-user statistics on PostgreSQL (see `storage/recall_index.py`).
+    """
+
+    __tablename__ = "recall_entries"
+    __table_args__ = (
+        UniqueConstraint("kind", "source_id"),
+        Index("ix_recall_entries_user_kind", "user_id", "kind"),
+        Index("ix_recall_entries_session_seq", "session_id", "seq"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    # turn (a user or assistant message), summary (of a session) or compaction (its summary).
+    kind: Mapped[str] = mapped_column(String(10))
+    # The id of the message, summary or compaction row the text comes from.
+    source_id: Mapped[int] = mapped_column(BigInteger)
+    # The message's sequence number in its session (NULL for summaries).
+    seq: Mapped[int | None] = mapped_column(Integer)
+    speaker: Mapped[str] = mapped_column(String(200), default="")
+    channel_type: Mapped[str] = mapped_column(String(16), default="")
+    occurred_at: Mapped[datetime]
+    body: Mapped[str] = mapped_column(Text)

@@ -19,6 +19,7 @@ from sqlalchemy import select, text
 
 from gateway.admin import Administration, NotFoundError
 from gateway.cli import main
+from sessions.recall import RecallSearch
 from storage.models import Base
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 from tests.fakes.slack_api import (
@@ -94,8 +95,11 @@ async def test_delete_user_leaves_nothing_of_them_in_the_database_or_on_s3(
         assert any("archive/" in o["Key"] for o in before.get("Contents", []))
         assert await rows_mentioning(gateway, "secret anvil alloy")
 
+        recall = RecallSearch(gateway.runtime.database)
+        assert await recall.search("alice", "tungsten alloy", 10)
         deletion = await admin.delete_user("alice")
 
+        assert await recall.search("alice", "tungsten alloy", 10) == []
         assert await rows_mentioning(gateway, "secret anvil alloy") == []
         assert await rows_mentioning(gateway, BOB_WORDS)  # bob keeps his
     after = s3_client.list_objects_v2(Bucket=bucket, Prefix="sessions/acme/alice/")

@@ -186,7 +186,7 @@ def test_db_upgrade_migrates_sqlite_and_postgres(tmp_path: Path, fresh_postgres_
         config = write_config(tmp_path, free_port(), url)
         result = gateway("db", "upgrade", "--config", str(config))
         assert result.returncode == 0, result.stderr
-        assert result.stdout.startswith("database at revision 0001")
+        assert result.stdout.startswith("database at revision 0002")
 
 
 def test_db_upgrade_with_unreachable_database_fails_clearly(tmp_path: Path) -> None:
@@ -266,6 +266,69 @@ def test_teams_package_without_an_app_id_exits_2_naming_the_key(tmp_path: Path) 
     assert "Traceback" not in result.stderr
     assert not out.exists()
 
+
+def seed_recall(url: str) -> None:
+    """Alice and Bob, each with a session that mentions Acme."""
+    import asyncio  # noqa: PLC0415
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from storage.database import Database  # noqa: PLC0415
+    from storage.repositories import (  # noqa: PLC0415
+        OrganizationRepository,
+        SessionRepository,
+        UserRepository,
+    )
+
+    async def seed() -> None:
+        database = Database(url)
+        await database.upgrade()
+        at = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+        async with database.session() as db:
+            await OrganizationRepository(db).upsert("acme", "Acme")
+            for user, text in (
+                ("alice", "We decided the Acme renewal is 4200 euros."),
+                ("bob", "Bob's Acme renewal notes."),
+            ):
+                await UserRepository(db).upsert(user, "acme", user.title())
+                session = await SessionRepository(db).create(user, "acme", at=at)
+                await SessionRepository(db).append_message(
+                    session.id, role="user", channel_type="web", content=text, at=at
+                )
+        await database.dispose()
+
+    asyncio.run(seed())
+
+
+def test_recall_search_prints_one_users_hits_as_json(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'recall.db'}"
+    seed_recall(url)
+    config = write_config(tmp_path, free_port(), url)
+    result = gateway(
+        "recall", "search", "--user", "alice", "Acme renewal?", "--config", str(config), "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    hits = json.loads(result.stdout)
+    assert [hit["text"] for hit in hits] == ["We decided the Acme renewal is 4200 euros."]
+    assert hits[0]["kind"] == "turn"
+    assert hits[0]["speaker"] == "Alice"
+    assert hits[0]["date"].startswith("2026-03-02T10:00:00")
+    assert set(hits[0]) >= {"session_id", "message_id", "seq", "score"}
+
+    unknown = gateway("recall", "search", "--user", "carol", "Acme", "--config", str(config))
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "gateway: no user 'carol'"
+
+
+def test_recall_reindex_rebuilds_the_index(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'recall.db'}"
+    seed_recall(url)
+    config = write_config(tmp_path, free_port(), url)
+    result = gateway("recall", "reindex", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "recall index rebuilt: 2 entries\n"
+
+
+# --- gateway email parse ------------------------------------------------------------------
 
 FORWARDED_MAIL = b"""From: Alice Example <alice@example.com>
 To: assistant@acme.example

@@ -607,3 +607,12 @@ def test_dev_open_web_channel_refuses_a_non_loopback_host(write_config):
     (problem,) = check_config(path, {})
     assert problem.key_path == "channels.web.dev_open"
     assert "loopback" in problem.message
+
+
+def test_the_config_reference_in_docs_is_the_generated_one():
+    from gateway.config_reference import reference_markdown  # noqa: PLC0415
+
+    generated = reference_markdown()
+    written = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
+    assert written == generated, "run: gateway config reference > docs/CONFIG.md"
+    assert "`channels.slack.signing_secret`" in generated

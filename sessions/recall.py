@@ -1,0 +1,410 @@
+"""Recall: find what was said in any earlier session of a user.
+
+`RecallSearch.search(user_id, query, limit)` ranks the user's stored turns (and, when asked,
+session and compaction summaries) for a question such as "what did we decide about Acme?".
+The index itself lives in the database (`storage.recall_index`); this module owns the query
+processing and the ranking built on the index's BM25 scores, each part measured on LoCoMo
+(`bench/recall_locomo.py`):
+
+1. Query processing: words (letters and digits) in lower case, English stopwords dropped,
+   OR semantics (a turn matching any word is a candidate). The backends stem.
+2. Neighbouring turns: an answer is often the turn after (or before) the one that matches the
+   words of the question, so each of the best candidates passes a share of its score to the
+   turns next to it (`neighbour_weight`, and `second_neighbour_weight` two turns away).
+3. Speaker: when the query names a speaker of the candidate turns ("what did Caroline
+   research?"), that speaker's turns are boosted (`speaker_boost`).
+4. Summaries: sessions whose summaries (session summaries and compaction summaries) match the
+   query lend their turns a boost in proportion (`summary_weight`).
+
+The search is strictly scoped to one user: every index query names the user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, Literal
+
+import structlog
+
+from sessions.llm import ToolSpec
+from storage.database import Database
+from storage.recall_index import (
+    COMPACTION,
+    SUMMARY,
+    TURN,
+    IndexedText,
+    Ranking,
+    RecallIndexRepository,
+)
+
+log = structlog.stdlib.get_logger(__name__)
+
+HitKind = Literal["turn", "summary"]
+
+# The Snowball English stopword list (the one PostgreSQL's english configuration uses), so
+# both backends drop the same words.
+_STOPWORD_LIST = """
+    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+    she her hers herself it its itself they them their theirs themselves what which who whom this
+    that these those am is are was were be been being have has had having do does did doing a an
+    the and but if or because as until while of at by for with about against between into through
+    during before after above below to from up down in out on off over under again further then
+    once here there when where why how all any both each few more most other some such no nor not
+    only own same so than too very s t can will just don should now"""
+STOPWORDS = frozenset(_STOPWORD_LIST.split())
+MAX_QUERY_TERMS = 32
+NEIGHBOUR_SPAN = 3
+"""How far (in sequence numbers) to look for a turn's neighbours: tool calls and results sit
+between turns without being indexed."""
+SUMMARY_CANDIDATES = 50
+_WORD = re.compile(r"[^\W_]+")
+
+
+def query_terms(query: str) -> list[str]:
+    """The words of a query that are searched for: lower case, no stopwords, no repeats."""
+    terms: list[str] = []
+    for word in _WORD.findall(query.lower()):
+        if word not in STOPWORDS and word not in terms:
+            terms.append(word)
+    return terms[:MAX_QUERY_TERMS]
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHit:
+    """One thing found: a turn (`message_id` is its `session_messages` row) or a summary."""
+
+    session_id: str
+    message_id: int | None
+    seq: int | None
+    date: datetime
+    speaker: str
+    text: str
+    score: float
+    kind: HitKind
+    channel: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        """The hit as a JSON object (CLI output)."""
+        return {
+            "session_id": self.session_id,
+            "message_id": self.message_id,
+            "seq": self.seq,
+            "date": self.date.isoformat(),
+            "speaker": self.speaker,
+            "kind": self.kind,
+            "channel": self.channel,
+            "score": round(self.score, 4),
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecallOptions:
+    """Ranking parameters; the defaults are the best measured on the LoCoMo dev split."""
+
+    candidates: int = 200
+    neighbour_sources: int = 50
+    neighbour_weight: float = 0.5
+    second_neighbour_weight: float = 0.15
+    speaker_boost: float = 2.0
+    summary_weight: float = 1.0
+    ranking: Ranking = "bm25"
+
+
+@dataclass(frozen=True, slots=True)
+class RecallExclusions:
+    """What is already in the model's context and must not be found again.
+
+    The current session's turns after `after_seq` (the messages since its last compaction)
+    and its compaction summaries; the session summaries of `summary_sessions` (shown under
+    "Recent conversations").
+    """
+
+    session_id: str | None = None
+    after_seq: int = 0
+    summary_sessions: frozenset[str] = field(default_factory=frozenset)
+
+    def excludes(self, entry: IndexedText) -> bool:
+        """Whether the entry is already in context."""
+        if entry.kind == SUMMARY:
+            return entry.session_id in self.summary_sessions
+        if entry.session_id != self.session_id:
+            return False
+        if entry.kind == COMPACTION:
+            return True
+        return entry.seq is not None and entry.seq > self.after_seq
+
+
+class RecallSearch:
+    """Searches a user's earlier conversations (see the module docstring for the ranking)."""
+
+    def __init__(self, database: Database, options: RecallOptions | None = None) -> None:
+        self.database = database
+        self.options = options or RecallOptions()
+
+    async def search(
+        self,
+        user_id: str,
+        query: str,
+        limit: int = 10,
+        *,
+        kinds: Collection[HitKind] = ("turn", "summary"),
+        since: datetime | None = None,
+        until: datetime | None = None,
+        exclude: RecallExclusions | None = None,
+    ) -> list[RecallHit]:
+        """The user's turns (and summaries) that best answer `query`, best first.
+
+        Scores come from BM25 (plus the boosts above) and compare within one result only.
+        `since`/`until` bound when the text was written (`until` excluded).
+        """
+        terms = query_terms(query)
+        if not terms or limit < 1:
+            return []
+        options = self.options
+        exclusions = exclude or RecallExclusions()
+        # The turn and summary searches run side by side, each on a connection of its own.
+        turns, summaries = await asyncio.gather(
+            self._search_index(
+                user_id,
+                terms,
+                (TURN,),
+                limit=max(options.candidates, limit),
+                since=since,
+                until=until,
+            ),
+            self._search_index(
+                user_id,
+                terms,
+                (SUMMARY, COMPACTION),
+                limit=max(SUMMARY_CANDIDATES, limit),
+                since=since,
+                until=until,
+            )
+            if options.summary_weight > 0 or "summary" in kinds
+            else _no_entries(),
+        )
+        around: list[IndexedText] = []
+        sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
+        if sources and (options.neighbour_weight > 0 or options.second_neighbour_weight > 0):
+            async with self.database.session() as db:
+                around = await RecallIndexRepository(db).turns_around(
+                    user_id, [(t.session_id, t.seq or 0) for t in sources], span=NEIGHBOUR_SPAN
+                )
+        scores = {turn.entry_id: turn.score for turn in turns}
+        entries = {turn.entry_id: turn for turn in [*around, *turns]}
+        if around:
+            scores = self._spread_to_neighbours(scores, sources, around, since, until)
+        scores = self._boost_named_speakers(scores, entries, terms)
+        if options.summary_weight > 0 and summaries:
+            best = max(summary.score for summary in summaries) or 1.0
+            prior: dict[str, float] = defaultdict(float)
+            for summary in summaries:
+                prior[summary.session_id] = max(prior[summary.session_id], summary.score / best)
+            scores = {
+                entry_id: score * (1 + options.summary_weight * prior[entries[entry_id].session_id])
+                for entry_id, score in scores.items()
+            }
+        found = [
+            _hit(entries[entry_id], score)
+            for entry_id, score in scores.items()
+            if "turn" in kinds and not exclusions.excludes(entries[entry_id])
+        ]
+        if "summary" in kinds:
+            found += [_hit(s, s.score) for s in summaries if not exclusions.excludes(s)]
+        found.sort(key=lambda hit: (-hit.score, hit.kind != "turn", hit.date))
+        return found[:limit]
+
+    async def _search_index(
+        self,
+        user_id: str,
+        terms: Sequence[str],
+        kinds: tuple[str, ...],
+        *,
+        limit: int,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> list[IndexedText]:
+        async with self.database.session() as db:
+            return await RecallIndexRepository(db).search(
+                user_id,
+                terms,
+                kinds=kinds,
+                limit=limit,
+                since=since,
+                until=until,
+                ranking=self.options.ranking,
+            )
+
+    def _spread_to_neighbours(
+        self,
+        scores: Mapping[int, float],
+        sources: Sequence[IndexedText],
+        around: Sequence[IndexedText],
+        since: datetime | None,
+        until: datetime | None,
+    ) -> dict[int, float]:
+        """Each source turn passes shares of its score to the turns next to it."""
+        in_range = [
+            t
+            for t in around
+            if (since is None or t.occurred_at >= since)
+            and (until is None or t.occurred_at < until)
+        ]
+        by_session: dict[str, list[IndexedText]] = defaultdict(list)
+        for turn in in_range:
+            by_session[turn.session_id].append(turn)
+        position: dict[int, tuple[str, int]] = {}
+        for session_id, session_turns in by_session.items():
+            session_turns.sort(key=lambda t: t.seq or 0)
+            for index, turn in enumerate(session_turns):
+                position[turn.entry_id] = (session_id, index)
+        spread = dict(scores)
+        weights = (
+            (1, self.options.neighbour_weight),
+            (2, self.options.second_neighbour_weight),
+        )
+        for source in sources:
+            if source.entry_id not in position:
+                continue
+            session_id, index = position[source.entry_id]
+            session_turns = by_session[session_id]
+            for distance, weight in weights:
+                for neighbour in (index - distance, index + distance):
+                    if weight > 0 and 0 <= neighbour < len(session_turns):
+                        entry_id = session_turns[neighbour].entry_id
+                        spread[entry_id] = spread.get(entry_id, 0.0) + weight * source.score
+        return spread
+
+    def _boost_named_speakers(
+        self, scores: Mapping[int, float], entries: Mapping[int, IndexedText], terms: Sequence[str]
+    ) -> dict[int, float]:
+        """Boost the turns of speakers the query names."""
+        boost = self.options.speaker_boost
+        if boost <= 0:
+            return dict(scores)
+        asked = set(terms)
+        named = {
+            speaker
+            for speaker in {entries[entry_id].speaker for entry_id in scores}
+            if asked.intersection(query_terms(speaker))
+        }
+        if not named:
+            return dict(scores)
+        return {
+            entry_id: score * (1 + boost) if entries[entry_id].speaker in named else score
+            for entry_id, score in scores.items()
+        }
+
+
+async def _no_entries() -> list[IndexedText]:
+    return []
+
+
+def _hit(entry: IndexedText, score: float) -> RecallHit:
+    turn = entry.kind == TURN
+    return RecallHit(
+        session_id=entry.session_id,
+        message_id=entry.source_id if turn else None,
+        seq=entry.seq if turn else None,
+        date=entry.occurred_at,
+        speaker=entry.speaker if turn else "",
+        text=entry.body,
+        score=score,
+        kind="turn" if turn else "summary",
+        channel=entry.channel_type,
+    )
+
+
+def hit_line(hit: RecallHit, *, max_chars: int = 400) -> str:
+    """A hit as one line for the model: date, speaker (or "summary"), session, text."""
+    text = " ".join(hit.text.split())
+    if len(text) > max_chars:
+        text = text[: max_chars - 1].rstrip() + "…"
+    who = hit.speaker if hit.kind == "turn" else "summary"
+    return f"- {hit.date:%Y-%m-%d} {who} (session {hit.session_id[:8]}): {text}"
+
+
+# --- the tool the model can call ------------------------------------------------------------
+
+SEARCH_TOOL_NAME = "search_past_conversations"
+SEARCH_TOOL_MAX_HITS = 20
+SEARCH_TOOL = ToolSpec(
+    name=SEARCH_TOOL_NAME,
+    description=(
+        "Search the user's earlier conversations with you (all past sessions, and the parts of "
+        "this one that were summarised) for what was said. Use it when the user refers to "
+        "something discussed before that is not in the conversation you can see. Returns "
+        "matching messages with their dates and speakers, best first."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "description": "What to look for: the key words (names, topics, decisions).",
+            },
+            "since": {
+                "type": "string",
+                "description": "Only what was said on or after this date (YYYY-MM-DD).",
+            },
+            "until": {
+                "type": "string",
+                "description": "Only what was said on or before this date (YYYY-MM-DD).",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": SEARCH_TOOL_MAX_HITS,
+                "description": "How many results at most (default 8).",
+            },
+        },
+        "required": ["query"],
+    },
+)
+
+
+def _tool_date(value: Any, name: str) -> date | None:
+    if value is None or value == "":
+        return None
+    try:
+        return date.fromisoformat(str(value))
+    except ValueError:
+        raise ValueError(f"{name} must be a date as YYYY-MM-DD, not {value!r}") from None
+
+
+async def run_search_tool(
+    recall: RecallSearch,
+    tool_input: Mapping[str, Any],
+    user_id: str,
+    *,
+    exclude: RecallExclusions | None = None,
+) -> str:
+    """Run `search_past_conversations` for the user; the text the model gets back.
+
+    Raises `ValueError` for input the model got wrong (the engine reports it as a tool error).
+    """
+    query = tool_input.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("query must be a non-empty string")
+    since = _tool_date(tool_input.get("since"), "since")
+    until = _tool_date(tool_input.get("until"), "until")
+    raw_limit = tool_input.get("limit", 8)
+    limit = raw_limit if isinstance(raw_limit, int) else 8
+    hits = await recall.search(
+        user_id,
+        query,
+        min(max(limit, 1), SEARCH_TOOL_MAX_HITS),
+        since=datetime.combine(since, time(), UTC) if since else None,
+        until=datetime.combine(until, time(), UTC) + timedelta(days=1) if until else None,
+        exclude=exclude,
+    )
+    if not hits:
+        return f"Nothing in earlier conversations matched {query!r}."
+    lines = [hit_line(hit, max_chars=600) for hit in hits]
+    return f"{len(hits)} passage(s) from earlier conversations, best first:\n" + "\n".join(lines)

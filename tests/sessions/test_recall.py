@@ -1,0 +1,208 @@
+"""Recall: query processing, the ranking ideas on top of BM25, what is left out because it is
+already in context, the search tool, and the passages a turn gets."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from sessions.compaction import CompactionPolicy, Compactor
+from sessions.context import EARLIER_HEADING
+from sessions.engine import EngineSettings, RecallSettings, SessionEngine
+from sessions.llm import OfflineLLM
+from sessions.recall import (
+    SEARCH_TOOL_NAME,
+    RecallExclusions,
+    RecallOptions,
+    RecallSearch,
+    query_terms,
+    run_search_tool,
+)
+from storage.database import Database
+from storage.models import SessionSummary
+from storage.repositories import (
+    OrganizationRepository,
+    SessionRepository,
+    SummaryRepository,
+    UserRepository,
+)
+from storage.transcripts import LocalTranscriptStore
+
+T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+PLAIN = RecallOptions(
+    neighbour_weight=0, second_neighbour_weight=0, speaker_boost=0, summary_weight=0
+)
+
+
+async def conversation(
+    database: Database, turns: list[tuple[str, str]], *, user_id: str = "alice", day: int = 0
+) -> tuple[str, list[int]]:
+    """A session of (speaker, text) turns; the first speaker is the user. Its id and the
+    message row ids."""
+    async with database.session() as db:
+        await OrganizationRepository(db).upsert("acme", "Acme")
+        await UserRepository(db).upsert(user_id, "acme", turns[0][0])
+        sessions = SessionRepository(db)
+        session = await sessions.create(user_id, "acme", at=T0 + timedelta(days=day))
+        ids = []
+        for index, (speaker, content) in enumerate(turns):
+            row = await sessions.append_message(
+                session.id,
+                role="user" if speaker == turns[0][0] else "assistant",
+                channel_type="web",
+                content=content,
+                at=T0 + timedelta(days=day, minutes=index),
+                metadata={"speaker": speaker},
+            )
+            ids.append(row.id)
+        return session.id, ids
+
+
+def test_query_terms_are_lower_case_words_without_stopwords_or_repeats() -> None:
+    assert query_terms("What did we decide about Acme's renewal? ACME, again!") == [
+        "decide",
+        "acme",
+        "renewal",
+    ]
+    assert query_terms("Did you?") == []
+    assert query_terms("Zürich_office 2026") == ["zürich", "office", "2026"]
+
+
+async def test_an_empty_query_finds_nothing(database: Database) -> None:
+    await conversation(database, [("Alice", "Anything at all")])
+    assert await RecallSearch(database).search("alice", "what is it?") == []
+
+
+async def test_the_turn_after_a_matching_question_is_found_through_its_neighbour(
+    database: Database,
+) -> None:
+    _, ids = await conversation(
+        database,
+        [
+            ("Alice", "Which supplier did the board pick for the warehouse robots?"),
+            ("Bob", "Kuka, after the second round."),
+            ("Alice", "Unrelated: lunch at noon."),
+            ("Bob", "Sure."),
+            ("Alice", "Robots again later."),
+        ],
+    )
+    query = "supplier warehouse robots"
+    plain = await RecallSearch(database, PLAIN).search("alice", query, 3, kinds=("turn",))
+    assert ids[1] not in [hit.message_id for hit in plain]
+    found = await RecallSearch(database).search("alice", query, 3, kinds=("turn",))
+    assert [hit.message_id for hit in found][:2] == [ids[0], ids[1]]
+
+
+async def test_turns_of_a_speaker_the_query_names_come_first(database: Database) -> None:
+    _, ids = await conversation(
+        database,
+        [
+            ("Caroline", "Melanie said hello."),
+            ("Melanie", "I signed up for a pottery class."),
+            ("Caroline", "Nice weather."),
+            ("Melanie", "Indeed."),
+        ],
+    )
+    plain = await RecallSearch(database, PLAIN).search("alice", "Melanie pottery", 2)
+    assert {hit.message_id for hit in plain} == {ids[0], ids[1]}
+    options = RecallOptions(neighbour_weight=0, second_neighbour_weight=0, summary_weight=0)
+    found = await RecallSearch(database, options).search("alice", "Melanie pottery", 2)
+    assert found[0].message_id == ids[1]
+    assert found[0].speaker == "Melanie"
+
+
+async def test_a_matching_session_summary_lifts_that_sessions_turns(database: Database) -> None:
+    first, first_ids = await conversation(database, [("Alice", "The budget is fine.")])
+    _, second_ids = await conversation(database, [("Alice", "The budget is tight.")], day=1)
+    async with database.session() as db:
+        await SummaryRepository(db).add(
+            SessionSummary(
+                session_id=first,
+                user_id="alice",
+                summary="Alice reviewed the marketing budget.",
+                created_at=T0,
+            )
+        )
+    query = "marketing budget"
+    plain = await RecallSearch(database, PLAIN).search("alice", query, 2, kinds=("turn",))
+    assert {hit.message_id for hit in plain} == {first_ids[0], second_ids[0]}
+    found = await RecallSearch(database).search("alice", query, 3)
+    assert [hit.kind for hit in found].count("summary") == 1
+    turns = [hit for hit in found if hit.kind == "turn"]
+    assert turns[0].message_id == first_ids[0]
+
+
+async def test_what_is_already_in_context_is_left_out(database: Database) -> None:
+    old, old_ids = await conversation(database, [("Alice", "Acme price is 4200.")])
+    current, current_ids = await conversation(
+        database, [("Alice", "Acme kickoff notes."), ("Alice", "What was the Acme price?")], day=1
+    )
+    async with database.session() as db:
+        await SummaryRepository(db).add(
+            SessionSummary(session_id=old, user_id="alice", summary="Acme price", created_at=T0)
+        )
+    exclusions = RecallExclusions(session_id=current, after_seq=1, summary_sessions={old})
+    found = await RecallSearch(database).search("alice", "Acme price", 10, exclude=exclusions)
+    assert {hit.message_id for hit in found} == {old_ids[0], current_ids[0]}
+    assert all(hit.kind == "turn" for hit in found)
+
+
+async def test_the_search_tool_answers_with_dated_passages(database: Database) -> None:
+    await conversation(database, [("Alice", "The Acme renewal is 4200 euros.")])
+    await conversation(database, [("Alice", "Acme called again about the renewal.")], day=10)
+    recall = RecallSearch(database)
+    answer = await run_search_tool(recall, {"query": "Acme renewal"}, "alice")
+    assert answer.startswith("2 passage(s)")
+    assert "2026-03-02 Alice" in answer
+    dated = await run_search_tool(
+        recall, {"query": "Acme renewal", "until": "2026-03-02", "limit": 5}, "alice"
+    )
+    assert "4200 euros" in dated
+    assert "called again" not in dated
+    assert "Nothing" in await run_search_tool(recall, {"query": "zeppelin"}, "alice")
+    assert "Nothing" in await run_search_tool(recall, {"query": "Acme"}, "bob")
+    with pytest.raises(ValueError, match="YYYY-MM-DD"):
+        await run_search_tool(recall, {"query": "Acme", "since": "last week"}, "alice")
+    with pytest.raises(ValueError, match="query"):
+        await run_search_tool(recall, {}, "alice")
+
+
+def engine(database: Database, tmp_path: Path, recall: RecallSettings | None) -> SessionEngine:
+    policy = CompactionPolicy(budget_tokens=50_000)
+    llm = OfflineLLM()
+    return SessionEngine(
+        database,
+        Compactor(database, LocalTranscriptStore(tmp_path), llm, policy, clock=lambda: T0),
+        llm,
+        EngineSettings(system_prompt="Be brief.", max_tokens=500, compaction=policy),
+        clock=lambda: T0 + timedelta(days=30),
+        recall=recall,
+    )
+
+
+async def test_a_turn_gets_passages_from_earlier_conversations_within_the_cap(
+    database: Database, tmp_path: Path
+) -> None:
+    for day in range(6):
+        await conversation(database, [("Alice", f"Acme invoice number {day} was paid.")], day=day)
+    current, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
+
+    context, _ = await engine(database, tmp_path, RecallSettings(auto_hits=3)).assemble_context(
+        current
+    )
+    system = context.request.system
+    assert EARLIER_HEADING in system
+    passages = system.split(EARLIER_HEADING, 1)[1].strip().splitlines()
+    assert len(passages) == 3
+    assert all("Acme invoice number" in line and "Alice" in line for line in passages)
+    assert SEARCH_TOOL_NAME in {tool.name for tool in context.request.tools}
+
+    capped = engine(database, tmp_path, RecallSettings(auto_hits=5, auto_context_tokens=30))
+    context, _ = await capped.assemble_context(current)
+    assert len(context.request.system.split(EARLIER_HEADING, 1)[1].strip().splitlines()) == 1
+
+    context, _ = await engine(database, tmp_path, None).assemble_context(current)
+    assert EARLIER_HEADING not in context.request.system
+    assert not context.request.tools

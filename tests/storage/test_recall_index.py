@@ -1,0 +1,203 @@
+"""The recall index is kept in step by the database: written with every turn and summary,
+gone with its session or user, rebuilt on request; searches never cross users."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import text, update
+
+from storage.database import Database
+from storage.models import SessionCompaction, SessionMessage, SessionSummary
+from storage.recall_index import COMPACTION, SUMMARY, TURN, RecallIndexRepository
+from storage.repositories import (
+    CompactionRepository,
+    OrganizationRepository,
+    SessionRepository,
+    SummaryRepository,
+    UserRepository,
+)
+
+T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
+
+
+async def make_user(database: Database, user_id: str, name: str) -> None:
+    async with database.session() as db:
+        await OrganizationRepository(db).upsert("acme", "Acme")
+        await UserRepository(db).upsert(user_id, "acme", name)
+
+
+async def make_session(database: Database, user_id: str, *messages: tuple[str, str]) -> str:
+    """A session of `user_id` with (role, content) messages, one minute apart."""
+    async with database.session() as db:
+        sessions = SessionRepository(db)
+        session = await sessions.create(user_id, "acme", at=T0)
+        for index, (role, content) in enumerate(messages):
+            await sessions.append_message(
+                session.id,
+                role=role,
+                channel_type="web",
+                content=content,
+                at=T0 + timedelta(minutes=index),
+            )
+        return session.id
+
+
+async def search(
+    database: Database, user_id: str, *terms: str, kinds: tuple[str, ...] = (TURN,), **kw: object
+) -> list[str]:
+    async with database.session() as db:
+        found = await RecallIndexRepository(db).search(user_id, terms, kinds=kinds, **kw)  # type: ignore[arg-type]
+    return [entry.body for entry in found]
+
+
+async def test_every_turn_is_indexed_with_its_speaker_when_written(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    session_id = await make_session(
+        database,
+        "alice",
+        ("user", "We decided to renew the Acme contract in May."),
+        ("assistant", "Noted: the Acme renewal is due in May."),
+        ("tool", "tool output is not a turn"),
+        ("user", "   "),
+    )
+    async with database.session() as db:
+        await SessionRepository(db).append_message(
+            session_id,
+            role="user",
+            channel_type="email",
+            content="Forwarding Priya's note on Acme.",
+            at=T0 + timedelta(hours=1),
+            metadata={"speaker": "Priya"},
+        )
+    async with database.session() as db:
+        found = await RecallIndexRepository(db).search("alice", ["acme"], kinds=(TURN,))
+        assert await RecallIndexRepository(db).count("alice") == 3
+    assert {(entry.speaker, entry.seq, entry.channel_type) for entry in found} == {
+        ("Alice", 1, "web"),
+        ("assistant", 2, "web"),
+        ("Priya", 5, "email"),
+    }
+    assert all(entry.session_id == session_id and entry.kind == TURN for entry in found)
+    assert found[0].occurred_at.tzinfo is not None
+
+
+async def test_stemming_or_semantics_and_ranking_by_bm25(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_session(
+        database,
+        "alice",
+        ("user", "The invoices were renewed yesterday."),
+        ("assistant", "Good to hear about the weather."),
+        ("user", "Acme invoice renewal: done."),
+        ("user", "Renewing nothing else."),
+    )
+    found = await search(database, "alice", "invoice", "renewal", "acme")
+    assert found[:2] == ["Acme invoice renewal: done.", "The invoices were renewed yesterday."]
+    assert "Renewing nothing else." in found  # any one word is enough
+    assert "Good to hear about the weather." not in found
+
+
+async def test_search_never_returns_another_users_entries(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_user(database, "bob", "Bob")
+    await make_session(database, "alice", ("user", "Alice's secret: the Acme budget is 9000."))
+    await make_session(database, "bob", ("user", "Bob's note on the Acme budget."))
+    assert await search(database, "bob", "acme", "budget", "secret") == [
+        "Bob's note on the Acme budget."
+    ]
+    assert await search(database, "carol", "acme") == []
+
+
+async def test_session_and_compaction_summaries_are_indexed_too(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    session_id = await make_session(database, "alice", ("user", "hello"))
+    async with database.session() as db:
+        await SummaryRepository(db).add(
+            SessionSummary(
+                session_id=session_id,
+                user_id="alice",
+                summary="Alice planned the Zurich offsite.",
+                created_at=T0,
+            )
+        )
+        await CompactionRepository(db).add(
+            SessionCompaction(
+                session_id=session_id,
+                seq=1,
+                first_message_seq=1,
+                last_message_seq=1,
+                messages_compacted=1,
+                tokens_before=10,
+                tokens_after=5,
+                archive_ref="x",
+                summary="- Zurich offsite budget approved",
+                created_at=T0,
+            )
+        )
+    async with database.session() as db:
+        found = await RecallIndexRepository(db).search(
+            "alice", ["zurich"], kinds=(SUMMARY, COMPACTION)
+        )
+    assert sorted(entry.kind for entry in found) == [COMPACTION, SUMMARY]
+    assert await search(database, "alice", "zurich") == []  # turns only
+
+
+async def test_a_changed_message_is_indexed_again(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_session(database, "alice", ("user", "The launch is on Monday."))
+    async with database.session() as db:
+        await db.execute(update(SessionMessage).values(content="The launch moved to Friday."))
+    assert await search(database, "alice", "monday") == []
+    assert await search(database, "alice", "friday") == ["The launch moved to Friday."]
+
+
+async def test_time_bounds_keep_to_when_it_was_said(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_session(database, "alice", ("user", "Acme one"), ("user", "Acme two"))
+    later = T0 + timedelta(minutes=1)
+    assert await search(database, "alice", "acme", since=later) == ["Acme two"]
+    assert await search(database, "alice", "acme", until=later) == ["Acme one"]
+
+
+async def test_deleting_a_session_or_user_removes_their_entries(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_user(database, "bob", "Bob")
+    gone = await make_session(database, "alice", *[("user", f"Acme item {n}") for n in range(30)])
+    await make_session(database, "alice", ("user", "Acme stays"))
+    await make_session(database, "bob", ("user", "Acme for Bob"))
+    async with database.session() as db:
+        await SummaryRepository(db).add(
+            SessionSummary(session_id=gone, user_id="alice", summary="Acme items", created_at=T0)
+        )
+    async with database.session() as db:
+        assert await SessionRepository(db).delete(gone)
+    assert await search(database, "alice", "acme", kinds=(TURN, SUMMARY)) == ["Acme stays"]
+    async with database.session() as db:
+        assert await RecallIndexRepository(db).count("alice") == 1
+        assert await UserRepository(db).delete("bob")
+    async with database.session() as db:
+        assert await RecallIndexRepository(db).count("bob") == 0
+        if not database.is_sqlite:
+            statistics = text("SELECT user_id, kind, documents FROM recall_stats")
+            stats = (await db.execute(statistics)).all()
+            assert sorted(stats) == [("alice", "summary", 0), ("alice", "turn", 1)]
+    assert await search(database, "bob", "acme") == []
+
+
+async def test_reindex_rebuilds_what_went_missing(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_session(database, "alice", ("user", "Acme one"), ("assistant", "Acme two"))
+    async with database.session() as db:
+        await db.execute(text("DELETE FROM recall_entries"))
+    assert await search(database, "alice", "acme") == []
+    async with database.session() as db:
+        assert await RecallIndexRepository(db).rebuild() == 2
+    assert sorted(await search(database, "alice", "acme")) == ["Acme one", "Acme two"]
+    async with database.session() as db:
+        assert await RecallIndexRepository(db).rebuild() == 2  # idempotent
+        if database.is_sqlite:
+            await db.execute(text("INSERT INTO recall_fts(recall_fts) VALUES ('integrity-check')"))
+        else:
+            stats = (await db.execute(text("SELECT documents FROM recall_stats"))).scalars()
+            assert list(stats) == [2]
