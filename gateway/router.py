@@ -2,7 +2,9 @@
 
 In order: a thread already tracked → its session (reactivated if archived); an email answering
 a message we sent → that message's session; the user's active session, if its last activity is
-within `sessions.archive_after` (an older one is archived on the spot); else a new session. With
+within `sessions.archive_after` (an older one is archived on the spot); with
+`recall.resume_by_reference`, an archived session the message clearly continues; else a new
+session. With
 `sessions.scope: channel` each channel type has its own active session.
 """
 
@@ -40,7 +42,7 @@ class Route:
     """Where a message goes, and how that was decided (for logs and notices)."""
 
     session: Session
-    reason: Literal["thread", "reply", "active", "new"]
+    reason: Literal["thread", "reply", "active", "reference", "new"]
     reactivated: bool = False
 
 
@@ -80,12 +82,28 @@ async def resolve_session(
     policy: RoutingPolicy,
     *,
     now: datetime,
+    referenced: str | None = None,
 ) -> Route:
-    """The session the message belongs to, created when there is none to continue."""
+    """The session the message belongs to, created when there is none to continue.
+
+    `referenced` names an archived session the message clearly continues (found by recall,
+    with `recall.resume_by_reference`); it is used only when nothing else claims the message.
+    """
     found = await find_session(session, user, message, policy, now=now)
     if found is not None:
         return found
     scope_channel = message.channel_type.value if policy.scope == "channel" else None
+    if referenced is not None:
+        candidate = await SessionRepository(session).get(referenced, for_update=True)
+        if (
+            candidate is not None
+            and candidate.user_id == user.user_id
+            and candidate.scope_channel == scope_channel
+            and _reactivate(candidate, now=now, reason="reference")
+        ):
+            candidate.current_since = now
+            log.info("session.resumed_by_reference", session_id=candidate.id, user_id=user.user_id)
+            return Route(candidate, "reference", reactivated=True)
     created = await SessionRepository(session).create(
         user.user_id, user.org_id, scope_channel=scope_channel, at=now
     )

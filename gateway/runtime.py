@@ -7,7 +7,7 @@ store raises a `GatewayError` naming the problem before the HTTP server accepts 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -33,6 +33,7 @@ from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import EngineSettings, RecallSettings, SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
+from sessions.recall import RecallSearch, session_referenced
 from storage.database import Database
 from storage.errors import GatewayError
 from storage.models import InboundEvent, InboundStatus, Session, SessionStatus, utcnow
@@ -139,6 +140,15 @@ def open_engine(
         if config.recall.enabled
         else None,
     )
+
+
+def _reference_finder(database: Database) -> Callable[[str, str], Awaitable[str | None]]:
+    search = RecallSearch(database)
+
+    async def find(user_id: str, text: str) -> str | None:
+        return await session_referenced(search, user_id, text)
+
+    return find
 
 
 def open_slack(
@@ -348,6 +358,9 @@ class GatewayRuntime:
             ),
             clock=clock,
             on_reply=outbox.notify,
+            find_referenced=_reference_finder(database)
+            if config.recall.resume_by_reference
+            else None,
         )
         # The dispatcher is built below (it needs the Slack channel's email lookup); the
         # inbox reaches it when the first message arrives.

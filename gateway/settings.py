@@ -364,6 +364,7 @@ class RecallConfig(StrictModel):
     auto_hits: int = Field(default=5, ge=0)
     auto_context_tokens: int = Field(default=600, ge=0)
     tool: bool = True
+    resume_by_reference: bool = False
 
 
 class OrganizationConfig(StrictModel):

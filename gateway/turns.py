@@ -17,7 +17,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -90,8 +90,11 @@ class TurnProcessor:
         *,
         clock: Callable[[], datetime],
         on_reply: Callable[[], None],
+        find_referenced: Callable[[str, str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.database = database
+        # (user id, text) → an archived session the text clearly continues (resume by reference)
+        self.find_referenced = find_referenced
         self.transcripts = transcripts
         self.engine = engine
         # Turns wait for the model concurrently, but their database work is CPU-bound in this
@@ -260,9 +263,16 @@ class TurnProcessor:
     ) -> tuple[str, str]:
         if event.appended_seq is not None and event.session_id is not None:
             return event.session_id, user.org_id  # step 1 committed before a restart
+        referenced = None
+        if self.find_referenced is not None and not message.thread_id and not message.references:
+            # Searched before the routing transaction: on SQLite a second transaction inside
+            # it would wait for its write lock.
+            referenced = await self.find_referenced(user.user_id, message.prompt_text())
         now = self.clock()
         async with self.database.session() as db:
-            route = await resolve_session(db, user, message, self.settings.routing, now=now)
+            route = await resolve_session(
+                db, user, message, self.settings.routing, now=now, referenced=referenced
+            )
             sessions = SessionRepository(db)
             text = message.prompt_text()
             appended = await sessions.append_message(

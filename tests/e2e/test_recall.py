@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,37 @@ async def test_with_recall_disabled_turns_get_neither_passages_nor_the_tool(
     asked = fake_api.replies[-1]
     assert EARLIER_HEADING not in system_of(asked)
     assert SEARCH_TOOL_NAME not in {tool["name"] for tool in asked.get("tools", [])}
+
+
+async def sessions_of_alice(gateway: RunningGateway) -> list[tuple[str, str]]:
+    rows = await gateway.runtime.admin.list_sessions(user_id="alice")
+    return [(row["session_id"], row["status"]) for row in rows]
+
+
+@pytest.mark.parametrize("resume", [True, False], ids=["resume_on", "resume_off"])
+async def test_a_message_that_continues_an_archived_session_goes_back_to_it_when_enabled(
+    tmp_path: Path, resume: bool
+) -> None:
+    config = gateway_config(
+        f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+        tmp_path,
+        sessions={"summary_min_user_messages": 1},
+        recall={"resume_by_reference": resume},
+    )
+    async with running_gateway(config) as gateway:
+        await say(gateway, FACT, 1)
+        gateway.clock.advance(timedelta(days=2))
+        assert await gateway.runtime.jobs.archive_idle_sessions() == 1
+        await gateway.runtime.engine.summarise_archived_sessions()
+        ((archived, status),) = await sessions_of_alice(gateway)
+        assert status == "archived"
+        await say(gateway, "About the Acme renewal: who signed it and at what price per seat?", 2)
+        await say(gateway, "Unrelated: recommend a good book about volcanoes.", 3)
+        sessions = await sessions_of_alice(gateway)
+    if resume:
+        # The follow-up reopened the archived session; the unrelated message stayed in it too,
+        # since the reopened session is now the user's current one.
+        assert sessions == [(archived, "active")]
+    else:
+        assert len(sessions) == 2
+        assert (archived, "archived") in sessions

@@ -206,3 +206,13 @@ async def test_a_turn_gets_passages_from_earlier_conversations_within_the_cap(
     context, _ = await engine(database, tmp_path, None).assemble_context(current)
     assert EARLIER_HEADING not in context.request.system
     assert not context.request.tools
+
+
+def test_reference_coverage_counts_the_messages_words_found_in_a_summary() -> None:
+    from sessions.recall import reference_coverage  # noqa: PLC0415
+
+    summary = "Alice and the assistant agreed the Acme renewals at 4200 euros per seat."
+    # acme, renewal ~ renewals, per, seat of acme, renewal, price, per, seat
+    assert reference_coverage("About the Acme renewal: the price per seat?", summary) == (4, 0.8)
+    assert reference_coverage("a book about volcanoes", summary) == (0, 0.0)
+    assert reference_coverage("the and of", summary) == (0, 0.0)
