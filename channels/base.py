@@ -7,11 +7,14 @@ Adapters (`slack.py`, `teams.py`, `email.py`, `web.py`) turn a platform payload 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
+
+from storage.errors import ChannelPayloadError
 
 
 class ChannelType(StrEnum):
@@ -186,3 +189,14 @@ class InboxPort(Protocol):
     async def accept(self, message: ChannelMessage) -> AcceptResult:
         """Store the message durably (or recognise it as a duplicate); raise `StorageError`."""
         ...
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """A request body's JSON, or `ChannelPayloadError` with the reason: also for bodies that are
+    not UTF-8, nest too deeply or hold integers too long to convert, which `json.loads` reports
+    with other errors than `JSONDecodeError`."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise ChannelPayloadError(f"the body is not valid JSON: {reason}") from exc

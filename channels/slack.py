@@ -10,6 +10,8 @@ Slack's message limit (`slack_format.py`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import re
 import time
@@ -214,9 +216,13 @@ class SlackChannel:
             return self._reject(401, reason)
         try:
             text = body.decode()
-            parse_body(text, request.headers.get("content-type"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            return self._reject(400, f"the body is not valid JSON or form data: {exc}")
+            parsed = parse_body(text, request.headers.get("content-type"))
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+            return self._reject(400, f"the body is not valid JSON or form data: {reason}")
+        problem = shape_problem(parsed)
+        if problem is not None:
+            return self._reject(400, problem)
         bolt_request = AsyncBoltRequest(body=text, headers=dict(request.headers))
         answer = await self.app.async_dispatch(bolt_request)
         if answer.status == 404:
@@ -234,6 +240,17 @@ class SlackChannel:
             return "X-Slack-Request-Timestamp is not a number"
         if abs(time.time() - int(timestamp)) > REPLAY_WINDOW_SECONDS:
             return "stale X-Slack-Request-Timestamp (more than 5 minutes off)"
+        try:
+            body.decode()
+        except UnicodeDecodeError:
+            # bolt's verifier decodes the body first; Slack signs the bytes, so check those
+            # (a signed body that is not UTF-8 is then refused as malformed, with 400).
+            expected = hmac.new(
+                self.settings.signing_secret.encode(),
+                f"v0:{timestamp}:".encode() + body,
+                hashlib.sha256,
+            ).hexdigest()
+            return None if hmac.compare_digest(f"v0={expected}", signature) else "invalid signature"
         if not self.verifier.is_valid(body, timestamp, signature):
             return "invalid signature"
         return None
@@ -459,6 +476,50 @@ TOO_LONG_NOTICE = (
     "Sorry, that message is too long for me (the limit is {limit} characters). "
     "Could you shorten it or send it in parts?"
 )
+
+
+# Fields of an envelope or interactivity payload and the shapes slack-bolt relies on.
+_SHAPES: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("type", (str,)),
+    ("team_id", (str,)),
+    ("event_id", (str,)),
+    ("api_app_id", (str,)),
+    ("event", (dict,)),
+    ("authorizations", (list,)),
+    ("team", (dict, str)),
+    ("user", (dict, str)),
+    ("channel", (dict, str)),
+    ("enterprise", (dict, str)),
+    ("message", (dict,)),
+)
+
+
+def shape_problem(body: object) -> str | None:
+    """Why a parsed request cannot be a Slack event or interaction (None when it can be).
+
+    Checked before slack-bolt sees it: bolt assumes these shapes and fails with a 500 on others.
+    """
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    for name, shapes in _SHAPES:
+        value = body.get(name)
+        if value is not None and not isinstance(value, shapes):
+            return f"'{name}' has the wrong type"
+    if "event" in body and not isinstance(body["event"], dict):
+        return "'event' must be an object"
+    event = body.get("event")
+    if isinstance(event, dict):
+        if not isinstance(event.get("type"), str):
+            return "'event.type' must be a string"
+        fields = ("user", "channel", "subtype", "ts", "thread_ts", "bot_id", "text")
+        # Other event types (channel_created …) use these names for objects; they are ignored.
+        for name in fields if event["type"] in ("message", "app_mention") else ():
+            value = event.get(name)
+            if value is not None and not isinstance(value, str):
+                return f"'event.{name}' must be a string"
+    if not all(isinstance(item, dict) for item in body.get("authorizations") or ()):
+        return "'authorizations' must be a list of objects"
+    return None
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

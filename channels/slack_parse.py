@@ -28,7 +28,7 @@ IGNORED_SUBTYPES = frozenset(
 def _timestamp(ts: str) -> datetime:
     try:
         return datetime.fromtimestamp(float(ts), UTC)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
         raise ChannelPayloadError(f"invalid Slack timestamp {ts!r}") from exc
 
 
@@ -39,16 +39,30 @@ def _bot_user_id(envelope: Mapping[str, Any]) -> str:
     return ""
 
 
+def _listed(value: object, name: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ChannelPayloadError(f"'{name}' must be a list")
+    return value
+
+
+def _size(value: object) -> int:
+    try:
+        return max(int(str(value or 0)), 0)
+    except ValueError:
+        return 0
+
+
 def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
-    files = event.get("files") or ()
     return tuple(
         Attachment(
             filename=str(item.get("name") or item.get("title") or "file"),
             content_type=str(item.get("mimetype") or "application/octet-stream"),
-            size=int(item.get("size") or 0),
-            url=item.get("url_private"),
+            size=_size(item.get("size")),
+            url=str(item["url_private"]) if item.get("url_private") else None,
         )
-        for item in files
+        for item in _listed(event.get("files"), "files")
         if isinstance(item, Mapping)
     )
 
@@ -62,7 +76,7 @@ def permalink(team_domain: str, channel: str, ts: str) -> str:
 
 def _shared_message(event: Mapping[str, Any], names: Mapping[str, str]) -> ForwardedContent | None:
     """A message the user shared into the conversation (Slack's "share message"), if any."""
-    for item in event.get("attachments") or ():
+    for item in _listed(event.get("attachments"), "attachments"):
         if isinstance(item, Mapping) and (item.get("is_share") or item.get("is_msg_unfurl")):
             author = str(item.get("author_id") or item.get("author_name") or "")
             channel = str(item.get("channel_name") or item.get("channel_id") or "")
@@ -80,7 +94,7 @@ def _shared_message(event: Mapping[str, Any], names: Mapping[str, str]) -> Forwa
 def _iso_date(ts: object) -> str:
     try:
         return datetime.fromtimestamp(float(str(ts)), UTC).isoformat()
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError, OSError):
         return ""
 
 

@@ -17,7 +17,6 @@ signing keys unavailable. Every refusal is logged (`teams.auth_rejected`, `teams
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from channels.base import ChannelType, DeliveryReceipt, InboxPort, OutboundMessage
+from channels.base import ChannelType, DeliveryReceipt, InboxPort, OutboundMessage, parse_json
 from channels.teams_activity import (
     REPLY_CHAIN_MARKER,
     bot_was_added,
@@ -200,17 +199,26 @@ class TeamsChannel:
 
     async def _handle(self, activity: Mapping[str, Any]) -> Response:
         bot_id = self.settings.app_id
-        if bot_was_added(activity, bot_id=bot_id):
-            await self._reply_quietly(conversation_reference(activity), "", WELCOME_TEXT)
-            return Response(status_code=200)
         try:
-            message = parse_teams_activity(activity, bot_id=bot_id, received_at=self.clock())
+            added = bot_was_added(activity, bot_id=bot_id)
+            reference = conversation_reference(activity) if added else None
+            message = (
+                None
+                if added
+                else parse_teams_activity(activity, bot_id=bot_id, received_at=self.clock())
+            )
         except ChannelPayloadError as exc:
             return self._refuse(_Refusal(400, str(exc)))
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+            # A field of the wrong shape somewhere in the activity.
+            return self._refuse(_Refusal(400, f"malformed activity: {type(exc).__name__}: {exc}"))
+        if reference is not None:
+            await self._reply_quietly(reference, "", WELCOME_TEXT)
+            return Response(status_code=200)
         if message is None:
             log.info(
                 "teams.ignored",
-                reason=ignore_reason(activity, bot_id=bot_id),
+                reason=_ignore_reason(activity, bot_id),
                 activity_id=activity.get("id"),
             )
             return Response(status_code=200)
@@ -269,6 +277,8 @@ class TeamsChannel:
             raise self._delivery_error(exc) from exc
         except (ClientRequestError, requests.RequestException, OSError) as exc:
             raise DeliveryError(f"Bot Connector unreachable: {exc}") from exc
+        except ValueError as exc:  # msrest's DeserializationError: an answer that is no activity
+            raise DeliveryError(f"the Bot Connector's answer could not be read: {exc}") from exc
         return DeliveryReceipt(platform_message_id=getattr(result, "id", None))
 
     def _connector(self, service_url: str) -> Any:
@@ -303,6 +313,13 @@ class TeamsChannel:
         self.on_rejected(status, reason)
 
 
+def _ignore_reason(activity: Mapping[str, Any], bot_id: str) -> str:
+    try:
+        return ignore_reason(activity, bot_id=bot_id) or "ignored"
+    except (TypeError, ValueError, AttributeError):
+        return "unreadable activity"
+
+
 async def _activity_body(request: Request) -> dict[str, Any]:
     """The activity JSON; refuses what is too large or not an activity at all."""
     declared = request.headers.get("content-length")
@@ -312,9 +329,9 @@ async def _activity_body(request: Request) -> dict[str, Any]:
     if len(raw) > MAX_BODY_BYTES:
         raise _Refusal(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _Refusal(400, f"the body is not valid JSON: {exc}") from exc
+        body = parse_json(raw)
+    except ChannelPayloadError as exc:
+        raise _Refusal(400, str(exc)) from exc
     if not isinstance(body, dict):
         raise _Refusal(400, "the body must be a JSON object (an activity)")
     # Authentication needs these two; without serviceUrl the SDK would skip its claim check.

@@ -30,6 +30,7 @@ from channels.base import (
     DeliveryReceipt,
     InboxPort,
     OutboundMessage,
+    parse_json,
 )
 from storage.errors import ChannelAuthError, ChannelPayloadError, StorageError
 
@@ -259,10 +260,7 @@ async def _json_object(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if len(raw) > MAX_BODY_BYTES:
         raise WebRejection(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ChannelPayloadError(f"the body is not valid JSON: {exc}") from exc
+    body = parse_json(raw)
     if not isinstance(body, dict):
         raise ChannelPayloadError("the body must be a JSON object")
     return body

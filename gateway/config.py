@@ -152,6 +152,13 @@ def _problem_order(problem: ConfigProblem) -> tuple[int, str, str]:
     return line, problem.key_path, problem.message
 
 
+MAX_VALUES = 100_000
+
+
+class _TooManyValuesError(Exception):
+    """The document expands to more values than any config needs."""
+
+
 @dataclass
 class _Document:
     """One parse of a config file: its data, the line of each key path and the problems."""
@@ -167,11 +174,12 @@ class _Document:
     fatal: bool = False
     _loader: yaml.SafeLoader | None = None
     _building: set[int] = field(default_factory=set)
+    _values: int = 0
 
     def load(self, text: str) -> object:
         """Compose ``text`` and build its data; YAML errors become a single fatal problem."""
-        self._loader = yaml.SafeLoader(text)
         try:
+            self._loader = yaml.SafeLoader(text)
             root = self._loader.get_single_node()
             if root is None:
                 return None
@@ -184,8 +192,14 @@ class _Document:
             self.fatal = True
             self.problems = [ConfigProblem(self.file, None, "", f"invalid YAML: {exc}")]
             return None
+        except (RecursionError, _TooManyValuesError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            self.fatal = True
+            self.problems = [ConfigProblem(self.file, None, "", f"unusable YAML: {reason}")]
+            return None
         finally:
-            self._loader.dispose()
+            if self._loader is not None:
+                self._loader.dispose()
 
     def _fatal(self, exc: yaml.MarkedYAMLError) -> None:
         """Report a syntax error at the line PyYAML points to."""
@@ -197,6 +211,10 @@ class _Document:
 
     def _build(self, node: Node, path: KeyPath) -> object:
         """The Python value of ``node``, recording key lines and substituting env references."""
+        self._values += 1
+        if self._values > MAX_VALUES:
+            # Aliases can make a small file expand to billions of values ("billion laughs").
+            raise _TooManyValuesError(f"more than {MAX_VALUES} values (aliases expand too much)")
         if isinstance(node, ScalarNode):
             if node.tag == _STR_TAG:
                 return self._substitute(node, path)

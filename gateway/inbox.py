@@ -7,8 +7,10 @@ answered it, so a crash after the acknowledgement loses nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -55,32 +57,64 @@ class Inbox:
         (so the platform retries) when it raises.
         """
         channel = message.channel_type.value
-        sender = sender_key(channel, message.user_identifier)
+        record, raw = storable(message.to_record()), storable(dict(message.raw))
+        sender = sender_key(channel, record["user_identifier"])
         try:
-            async with self.database.session() as session:
-                event_id = await InboxRepository(session).accept(
-                    channel,
-                    message.message_id,
-                    sender_key=sender,
-                    message=message.to_record(),
-                    raw_payload=dict(message.raw),
-                    at=self.clock(),
-                )
+            event_id = await self._store(channel, record["message_id"], sender, record, raw)
         except SQLAlchemyError as exc:
             log.error(
                 "inbox.accept_failed",
                 channel=channel,
-                message_id=message.message_id,
+                message_id=record["message_id"],
                 error=str(exc).splitlines()[0],
             )
             raise StorageError(f"could not store the inbound message: {exc}") from exc
         if event_id is None:
             self.metrics.duplicates_dropped.labels(channel).inc()
-            log.info("inbox.duplicate_dropped", channel=channel, message_id=message.message_id)
+            log.info("inbox.duplicate_dropped", channel=channel, message_id=record["message_id"])
             return AcceptResult(accepted=False, message_id=message.message_id)
         self.metrics.messages_in.labels(channel).inc()
         log.info(
-            "inbox.accepted", channel=channel, message_id=message.message_id, event_id=event_id
+            "inbox.accepted", channel=channel, message_id=record["message_id"], event_id=event_id
         )
         self.on_accept(sender)
         return AcceptResult(accepted=True, message_id=message.message_id)
+
+    async def _store(
+        self,
+        channel: str,
+        message_id: str,
+        sender: str,
+        record: dict[str, Any],
+        raw: dict[str, Any],
+    ) -> int | None:
+        async with self.database.session() as session:
+            return await InboxRepository(session).accept(
+                channel,
+                message_id,
+                sender_key=sender,
+                message=record,
+                raw_payload=raw,
+                at=self.clock(),
+            )
+
+
+def storable(value: Any) -> Any:
+    """`value` as it can be stored: a lone UTF-16 surrogate (JSON's "\\ud800", which no
+    UTF-8 text can hold) is replaced, here once, instead of failing every later write."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return scrubbed(value)
+    return value
+
+
+def scrubbed(value: Any) -> Any:
+    """`value` with every string made encodable as UTF-8 (lone surrogates become '?')."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {scrubbed(key): scrubbed(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrubbed(item) for item in value]
+    return value

@@ -116,19 +116,24 @@ def parse_duration(value: object) -> timedelta:
     result must be greater than zero. Anything else raises a pydantic error that says what a
     valid duration looks like.
     """
-    if isinstance(value, timedelta):
-        result = value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        result = timedelta(seconds=value)
-    elif isinstance(value, str) and _NUMBER_RE.fullmatch(value.strip()):
-        result = timedelta(seconds=float(value.strip()))
-    elif isinstance(value, str) and _DURATION_RE.fullmatch(value.strip()):
-        parts = re.findall(_DURATION_PART, value.strip())
-        result = sum((float(amount) * _DURATION_UNITS[unit] for amount, unit in parts), timedelta())
-    else:
-        raise _rule_error(
-            f"invalid duration {value!r}: use a number with s, m, h or d, e.g. 30m",
-        )
+    try:
+        if isinstance(value, timedelta):
+            result = value
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            result = timedelta(seconds=value)
+        elif isinstance(value, str) and _NUMBER_RE.fullmatch(value.strip()):
+            result = timedelta(seconds=float(value.strip()))
+        elif isinstance(value, str) and _DURATION_RE.fullmatch(value.strip()):
+            parts = re.findall(_DURATION_PART, value.strip())
+            result = sum(
+                (float(amount) * _DURATION_UNITS[unit] for amount, unit in parts), timedelta()
+            )
+        else:
+            raise _rule_error(
+                f"invalid duration {value!r}: use a number with s, m, h or d, e.g. 30m",
+            )
+    except OverflowError as exc:
+        raise _rule_error(f"invalid duration: {str(value)[:40]!r} is too long") from exc
     if result <= timedelta():
         raise _rule_error(f"invalid duration {value!r}: must be greater than zero")
     return result
