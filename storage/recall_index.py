@@ -279,21 +279,7 @@ class RecallIndexRepository:
             result = await self.session.execute(typed, params)
         except SQLAlchemyError as exc:
             raise StorageError(f"recall search failed: {exc.__class__.__name__}") from exc
-        return [
-            IndexedText(
-                entry_id=row.id,
-                session_id=row.session_id,
-                kind=row.kind,
-                source_id=row.source_id,
-                seq=row.seq,
-                speaker=row.speaker,
-                channel_type=row.channel_type,
-                occurred_at=row.occurred_at,
-                body=row.body,
-                score=float(row.score),
-            )
-            for row in result
-        ]
+        return [_indexed(row, float(row.score)) for row in result]
 
     async def turns_around(
         self, user_id: str, positions: Sequence[tuple[str, int]], *, span: int
@@ -320,21 +306,7 @@ class RecallIndexRepository:
                 ),
             },
         )
-        return [
-            IndexedText(
-                entry_id=row.id,
-                session_id=row.session_id,
-                kind=row.kind,
-                source_id=row.source_id,
-                seq=row.seq,
-                speaker=row.speaker,
-                channel_type=row.channel_type,
-                occurred_at=row.occurred_at,
-                body=row.body,
-                score=0.0,
-            )
-            for row in result
-        ]
+        return [_indexed(row, 0.0) for row in result]
 
     async def count(self, user_id: str | None = None) -> int:
         """How many entries the index holds (for one user, or all)."""
@@ -364,3 +336,18 @@ class RecallIndexRepository:
             rebuild_fts = "INSERT INTO recall_fts(recall_fts) VALUES ('rebuild')"
             await self.session.execute(text(rebuild_fts))
         return await self.count()
+
+
+def _indexed(row: Any, score: float) -> IndexedText:
+    return IndexedText(
+        entry_id=row.id,
+        session_id=row.session_id,
+        kind=row.kind,
+        source_id=row.source_id,
+        seq=row.seq,
+        speaker=row.speaker,
+        channel_type=row.channel_type,
+        occurred_at=row.occurred_at,
+        body=row.body,
+        score=score,
+    )
