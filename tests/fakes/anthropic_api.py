@@ -3,7 +3,11 @@
 It records every request body; answers by default like a model would (a reply naming the
 last user message; for the engine's bookkeeping calls, the offline provider's extractive
 answers in the requested format); and can be scripted to answer the next requests with HTTP
-errors (429/529/500, with `retry-after`), tool calls, or after a delay.
+errors (429/529/500, with `retry-after`), tool calls, or after a delay. `latency` delays every
+answer that no script entry shapes (a model's thinking time, for load tests).
+
+Run as a process of its own for benchmarks: `python -m tests.fakes.anthropic_api --port N
+--latency 2.0` (it then keeps no request bodies).
 """
 
 from __future__ import annotations
@@ -81,6 +85,10 @@ class FakeAnthropicAPI:
         self.script: deque[Scripted] = deque()
         self.on_request: Callable[[dict[str, Any]], None] | None = None
         self.bedrock_models: list[str] = []
+        # Seconds every unscripted answer waits (a scripted one waits its own `delay`).
+        self.latency: float = 0.0
+        # Keep each request body in `requests`; off for long benchmark runs (memory).
+        self.record: bool = True
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -92,12 +100,18 @@ class FakeAnthropicAPI:
 
     async def _messages(self, request: Request) -> Response:
         body = await request.json()
-        self.requests.append(body)
+        if self.record:
+            self.requests.append(body)
         if self.on_request is not None:
             self.on_request(body)
-        scripted = self.script.popleft() if self.script else Scripted()
-        if scripted.delay:
-            await asyncio.sleep(scripted.delay)
+        delay = self.latency
+        if self.script:
+            scripted = self.script.popleft()
+            delay = scripted.delay
+        else:
+            scripted = Scripted()
+        if delay:
+            await asyncio.sleep(delay)
         if scripted.raw is not None:
             return Response(scripted.raw, media_type="application/json")
         if scripted.status != 200:
@@ -149,14 +163,18 @@ class FakeAnthropicAPI:
             {"data": [model], "has_more": False, "first_id": model["id"], "last_id": model["id"]}
         )
 
-    def __enter__(self) -> FakeAnthropicAPI:
-        app = Starlette(
+    def app(self) -> Starlette:
+        """The ASGI app: `/v1/messages`, `/v1/models` and Bedrock's `/model/{model}/invoke`."""
+        return Starlette(
             routes=[
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/model/{model}/invoke", self._bedrock_invoke, methods=["POST"]),
             ]
         )
+
+    def __enter__(self) -> FakeAnthropicAPI:
+        app = self.app()
         self._server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off")
         )
@@ -174,3 +192,21 @@ class FakeAnthropicAPI:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+def main() -> None:
+    """Serve the fake on `--port` until killed (`python -m tests.fakes.anthropic_api`)."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description="A fake Anthropic Messages API on loopback.")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer (0)")
+    args = parser.parse_args()
+    api = FakeAnthropicAPI()
+    api.latency = max(args.latency, 0.0)
+    api.record = False
+    uvicorn.run(api.app(), host="127.0.0.1", port=args.port, log_config=None, access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,10 @@ The API records every call (`calls`: method and parameters) and answers `auth.te
 (pointing at `socket_url`). `script` makes the next `chat.postMessage` calls fail, and
 `fail_attempts` chosen ones (by their number): with HTTP 429 and `Retry-After`, a 5xx, or a
 Slack error code.
+
+Run as a process of its own (`python -m tests.fakes.slack_api --port N`, for benchmarks), it
+reports what was posted over HTTP: `GET /_posted` (the channels) and `GET /_posts?after=N`
+(channel, text and the wall-clock time each post arrived, from the N-th post on).
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class SlackCall:
     method: str
     params: dict[str, Any]
     at: float = field(default_factory=time.monotonic)
+    # Wall clock, comparable with other processes' on this machine (for end-to-end latency).
+    received_at: float = field(default_factory=time.time)
 
 
 class FakeSlackAPI:
@@ -65,6 +71,9 @@ class FakeSlackAPI:
         self.auth_error: str | None = None
         self.fail_attempts: dict[int, SlackFailure] = {}  # nth chat.postMessage (1-based)
         self.uploads: dict[str, dict[str, Any]] = {}  # file id → filename, content, channel
+        # Successful chat.postMessage calls as (channel, text, received_at), in arrival order:
+        # `GET /_posts` reads them without walking `calls`.
+        self.post_log: list[tuple[str, str, float]] = []
         self._attempts = 0
         self._ts = 0
         self._lock = threading.Lock()
@@ -136,6 +145,9 @@ class FakeSlackAPI:
             ts = f"1800000000.{self._ts:06d}"
         call.params["ok"] = True
         call.params["ts"] = ts
+        if call.method == "chat.postMessage":
+            channel, text = call.params.get("channel"), call.params.get("text")
+            self.post_log.append((str(channel), str(text), call.received_at))
         return JSONResponse({"ok": True, "channel": call.params.get("channel"), "ts": ts})
 
     async def _upload(self, request: Request) -> Response:
@@ -146,12 +158,28 @@ class FakeSlackAPI:
         # For a benchmark running this server as a process of its own.
         return JSONResponse([post["channel"] for post in self.posts()])
 
+    async def _posts(self, request: Request) -> Response:
+        # For a benchmark running this server as a process of its own: it reads the posts
+        # as they come, from the first it has not seen yet (`after`).
+        try:
+            after = max(int(request.query_params.get("after", "0")), 0)
+        except ValueError:
+            return JSONResponse({"error": "after must be a number"}, status_code=400)
+        return JSONResponse(
+            [
+                {"channel": channel, "text": text, "at": at}
+                for channel, text, at in self.post_log[after:]
+            ]
+        )
+
     def app(self) -> Starlette:
-        """The ASGI app: the Web API under `/api/`, and `/_posted` (channels posted to)."""
+        """The ASGI app: the Web API under `/api/`, `/_posted` (channels posted to) and
+        `/_posts` (every post: channel, text and when it arrived)."""
         return Starlette(
             routes=[
                 Route("/api/{method}", self._call, methods=["GET", "POST"]),
                 Route("/_posted", self._posted, methods=["GET"]),
+                Route("/_posts", self._posts, methods=["GET"]),
                 Route("/upload/{file_id}", self._upload, methods=["POST"]),
             ]
         )
