@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +28,7 @@ from starlette.routing import Route
 
 from sessions.llm import offline_facts, offline_summary, offline_topic
 from tests.e2e.harness import free_port
+from tests.fakes.threaded import ThreadedServer
 
 
 @dataclass
@@ -89,8 +88,7 @@ class FakeAnthropicAPI:
         self.latency: float = 0.0
         # Keep each request body in `requests`; off for long benchmark runs (memory).
         self.record: bool = True
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ThreadedServer | None = None
 
     @property
     def replies(self) -> list[dict[str, Any]]:
@@ -174,24 +172,13 @@ class FakeAnthropicAPI:
         )
 
     def __enter__(self) -> FakeAnthropicAPI:
-        app = self.app()
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off")
-        )
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the fake Anthropic API did not start")
-            time.sleep(0.01)
+        self._server = ThreadedServer(self.app(), self.port, "fake Anthropic API")
+        self._server.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._server.stop()
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.e2e.harness import free_port
+from tests.fakes.threaded import ThreadedServer
 
 TEAM = "T0001"
 BOT_USER = "UBOT0001"
@@ -77,8 +78,7 @@ class FakeSlackAPI:
         self._attempts = 0
         self._ts = 0
         self._lock = threading.Lock()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ThreadedServer | None = None
 
     def posts(self, channel: str | None = None) -> list[dict[str, Any]]:
         """The parameters of every successful `chat.postMessage`, optionally in one channel."""
@@ -185,24 +185,13 @@ class FakeSlackAPI:
         )
 
     def __enter__(self) -> FakeSlackAPI:
-        app = self.app()
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, lifespan="off")
-        )
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the fake Slack API did not start")
-            time.sleep(0.01)
+        self._server = ThreadedServer(self.app(), self.port, "fake Slack API")
+        self._server.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._server.stop()
 
 
 def sign(
