@@ -23,6 +23,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 from sqlalchemy import func, make_url, select
 
+from gateway.outbox import RetryPolicy
 from storage.models import InboundEvent, OutboundMessage, SessionCompaction, SessionMessage
 from tests.conftest import POSTGRES_ADMIN_URL, _libpq_url
 from tests.e2e.harness import free_port, gateway_config, running_gateway
@@ -160,7 +161,11 @@ async def test_sigkill_mid_load_then_restart_answers_every_accepted_event_exactl
                 retry = 1 if index not in acknowledged else 2
                 if index not in acknowledged or index % 7 == 0:
                     assert await post_event(client, second.url, envelope, retry) == 200
-            await wait_until(lambda: len(slack_api.posts()) >= len(events))
+            # A reply the killed process had claimed waits for its lease (120 s) to expire.
+            await wait_until(
+                lambda: len(slack_api.posts()) >= len(events),
+                timeout=RetryPolicy().lease.total_seconds() + 60,
+            )
             await asyncio.sleep(1.0)
     finally:
         for process in (first, second):
