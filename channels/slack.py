@@ -386,12 +386,15 @@ class SlackChannel:
         lookup fails)."""
         ids = {found for found in _MENTION.findall(text) if found != self.bot_user_id}
         ids.update(author for author in authors if author)
-        names: dict[str, str] = {}
-        for user_id in ids:
-            person = await self._person(user_id)
-            if person is not None:
-                names[user_id] = person.name
-        return names
+        # Looked up side by side: this runs before the acknowledgement, inside Slack's 3 s,
+        # so a text with many mentions costs one lookup's time limit at most.
+        wanted = sorted(ids)[:MAX_NAME_LOOKUPS]
+        people = await asyncio.gather(*(self._person(user_id) for user_id in wanted))
+        return {
+            user_id: person.name
+            for user_id, person in zip(wanted, people, strict=True)
+            if person is not None
+        }
 
     async def _person(self, user_id: str) -> _Person | None:
         cached = self._people.get(user_id)
@@ -472,6 +475,7 @@ class SlackChannel:
 
 REPLAY_WINDOW_SECONDS = 300
 LOOKUP_TIMEOUT_SECONDS = 1.0
+MAX_NAME_LOOKUPS = 20
 TOO_LONG_NOTICE = (
     "Sorry, that message is too long for me (the limit is {limit} characters). "
     "Could you shorten it or send it in parts?"
