@@ -128,6 +128,7 @@ class BenchSettings:
     admin_url: str
     keep: bool
     profile: Path | None
+    logs: Path | None
     db_probe_seconds: float
     overrides: tuple[tuple[str, object], ...]
 
@@ -1032,6 +1033,10 @@ def run(settings: BenchSettings) -> dict[str, Any]:
                 log_levels = gateway.log_levels()
                 if exit_code != 0 or {"error", "critical", "unparsed"} & log_levels.keys():
                     progress(f"gateway exit code {exit_code}; its log ends:\n{gateway.tail()}")
+                if settings.logs is not None:
+                    settings.logs.mkdir(parents=True, exist_ok=True)
+                    for log_file in workdir.glob("*.log"):
+                        shutil.copy(log_file, settings.logs / log_file.name)
         time.sleep(0.5)  # the gateway's backends are still exiting
         after = read_database_counters(database_url(settings.admin_url, database))
     answered = max(settings.messages, 1)
@@ -1076,6 +1081,7 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
     parser.add_argument("--database-url", default=DEFAULT_ADMIN_URL, help="admin URL")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--profile", type=Path, help="profile the gateway into FILE")
+    parser.add_argument("--logs", type=Path, help="copy every process's log into DIR")
     parser.add_argument(
         "--set",
         action="append",
@@ -1109,6 +1115,7 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
         admin_url=args.database_url,
         keep=args.keep,
         profile=args.profile,
+        logs=args.logs,
         db_probe_seconds=args.db_probe_seconds,
         overrides=tuple(overrides),
     )

@@ -175,3 +175,9 @@ class Dispatcher:
                     return
                 if not await self.processor.process(event, user):
                     break  # it failed and is retried first: read the queue again
+            else:
+                if len(events) < DRAIN_BATCH:
+                    # The queue was shorter than a batch and is answered. What arrived since
+                    # is not missed without reading again: this process's inbox reschedules
+                    # the user (`notify` → `_again`), another process's poll finds it.
+                    return

@@ -1,22 +1,26 @@
 """Turn locks: one holder at a time per key (a user's queue), also across processes.
 
-On PostgreSQL the lock is a session-level advisory lock held on a connection of its own for as
-long as the holder works; if the process dies the connection drops and the lock with it. On
-SQLite (one process by design) an in-process lock is enough.
+On PostgreSQL the lock is a session-level advisory lock, held on the process's lock connection
+for as long as the holder works; if the process dies the connection drops and the lock with it.
+On SQLite (one process by design) an in-process lock is enough.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from typing import Any, Protocol
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.log import get_logger
 from storage.database import Database
+
+log = get_logger(__name__)
 
 
 class TurnLocks(Protocol):
@@ -24,6 +28,10 @@ class TurnLocks(Protocol):
 
     def hold(self, key: str) -> AbstractAsyncContextManager[bool]:
         """Try to take the lock for the duration of the block; never waits for a holder."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the locks keep open (at shutdown, after the last holder)."""
         ...
 
 
@@ -45,6 +53,9 @@ class LocalTurnLocks:
         finally:
             self._held.discard(key)
 
+    async def close(self) -> None:
+        """Nothing to release: the locks live in this process."""
+
 
 def advisory_key(key: str) -> int:
     """A stable signed 64-bit number for `key` (PostgreSQL advisory locks take a bigint)."""
@@ -52,11 +63,21 @@ def advisory_key(key: str) -> int:
 
 
 class PostgresTurnLocks:
-    """Advisory try-locks shared by every gateway process on one PostgreSQL database."""
+    """Advisory try-locks shared by every gateway process on one PostgreSQL database.
+
+    A process holds all its locks on one connection of its own (in autocommit), so a turn
+    waiting for the model keeps no pooled connection busy and taking or releasing a lock is a
+    single round trip. If that connection is lost the server releases its locks; the next
+    lock operation reconnects and takes back the keys still held here, logging any that
+    another process took in between.
+    """
 
     def __init__(self, database: Database) -> None:
         self.database = database
         self._local = LocalTurnLocks()
+        self._connection: AsyncConnection | None = None
+        self._in_use = asyncio.Lock()
+        self._held: dict[str, int] = {}  # keys locked at the server: key → advisory number
 
     @asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[bool]:
@@ -68,19 +89,65 @@ class PostgresTurnLocks:
                 yield False
                 return
             number = advisory_key(key)
-            async with self.database.engine.connect() as connection:
-                acquired = bool(await connection.scalar(select(func.pg_try_advisory_lock(number))))
-                await connection.commit()
-                try:
-                    yield acquired
-                finally:
-                    if acquired:
-                        await asyncio.shield(self._unlock(connection, number))
+            acquired = await self._call(func.pg_try_advisory_lock, number)
+            if acquired:
+                self._held[key] = number
+            try:
+                yield acquired
+            finally:
+                if acquired:
+                    await asyncio.shield(self._release(key, number))
 
-    @staticmethod
-    async def _unlock(connection: AsyncConnection, number: int) -> None:
-        await connection.scalar(select(func.pg_advisory_unlock(number)))
-        await connection.commit()
+    async def close(self) -> None:
+        """Close the lock connection (the server releases whatever it still held)."""
+        async with self._in_use:
+            await self._disconnect()
+
+    async def _release(self, key: str, number: int) -> None:
+        self._held.pop(key, None)
+        if not await self._call(func.pg_advisory_unlock, number):
+            log.warning("turn_lock.not_held_at_release", key=key)
+
+    async def _call(self, function: Callable[[int], Any], number: int) -> bool:
+        async with self._in_use:
+            connection = await self._connected()
+            try:
+                return bool(await connection.scalar(select(function(number))))
+            except BaseException:
+                # Lost or cancelled mid-call: the connection's state is unknown (and with it
+                # the server's locks); the next call starts on a new one.
+                await self._disconnect()
+                raise
+
+    async def _connected(self) -> AsyncConnection:
+        if self._connection is not None and not self._connection.invalidated:
+            return self._connection
+        await self._disconnect()
+        connection = await self.database.engine.connect()
+        try:
+            connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
+            lost = [
+                key
+                for key, number in list(self._held.items())
+                if not await connection.scalar(select(func.pg_try_advisory_lock(number)))
+            ]
+        except BaseException:
+            await connection.close()
+            raise
+        self._connection = connection
+        if self._held:
+            log.warning("turn_lock.reconnected", held=len(self._held), lost=len(lost))
+        for key in lost:
+            # Another process took the key while this one had no connection: the turns of
+            # that user may have overlapped once. Nothing to undo here; said loudly.
+            log.error("turn_lock.lost", key=key)
+        return connection
+
+    async def _disconnect(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with suppress(SQLAlchemyError, OSError):
+                await connection.invalidate()
 
 
 def turn_locks_for(database: Database) -> TurnLocks:

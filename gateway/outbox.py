@@ -74,13 +74,23 @@ class OutboxSender:
         self._slots = asyncio.Semaphore(concurrency)
         self._wake = asyncio.Event()
         self._stopping = False
+        self._sending: set[asyncio.Task[None]] = set()
 
-    def notify(self) -> None:
-        """A reply was committed in this process: send it without waiting for the poll."""
-        self._wake.set()
+    def send_now(self, row: OutboundRow) -> None:
+        """Send a reply this process committed already claimed (status `sending`, leased)."""
+        task = asyncio.create_task(self._send_claimed(row), name=f"send:{row.message_id}")
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
 
     async def run(self) -> None:
-        """Send until `stop()`."""
+        """Send until `stop()`, then wait for the sends in flight."""
+        try:
+            await self._claim_until_stopped()
+        finally:
+            if self._sending:
+                await asyncio.gather(*set(self._sending), return_exceptions=True)
+
+    async def _claim_until_stopped(self) -> None:
         while not self._stopping:
             self._wake.clear()
             try:
@@ -114,6 +124,13 @@ class OutboxSender:
     async def _send(self, row: OutboundRow) -> None:
         async with self._slots:
             await self._send_one(row)
+
+    async def _send_claimed(self, row: OutboundRow) -> None:
+        try:
+            await self._send(row)
+        except Exception as exc:  # noqa: BLE001
+            # The lease brings the row back to the claiming loop.
+            log.error("outbox.send_crashed", message_id=row.message_id, error=repr(exc))
 
     async def _send_one(self, row: OutboundRow) -> None:
         channel = ChannelType(row.channel_type)

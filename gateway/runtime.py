@@ -22,13 +22,13 @@ from gateway.exports import SessionExports
 from gateway.identity import IdentityResolver, sync_identities
 from gateway.inbox import Inbox
 from gateway.jobs import BackgroundJobs
-from gateway.locks import turn_locks_for
+from gateway.locks import TurnLocks, turn_locks_for
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxFeed, OutboxSender, SentReplies
 from gateway.router import RoutingPolicy, SessionThreads
 from gateway.settings import GatewayConfig, TranscriptsConfig
-from gateway.turns import TurnProcessor, TurnSettings
+from gateway.turns import TURN_DB_SLOTS, TurnProcessor, TurnSettings
 from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import EngineSettings, RecallSettings, SessionEngine
@@ -269,6 +269,7 @@ class GatewayRuntime:
     dispatcher: Dispatcher
     outbox: OutboxSender
     jobs: BackgroundJobs
+    locks: TurnLocks
     admin: Administration
     web: WebChannel | None
     slack: SlackChannel | None = None
@@ -281,13 +282,14 @@ class GatewayRuntime:
         cls, config: GatewayConfig, *, clock: Callable[[], datetime] = utcnow
     ) -> GatewayRuntime:
         """Open the database (migrating it when `storage.auto_migrate`), the store, the users."""
-        turns = config.sessions.max_concurrent_turns
         database = Database(
             config.storage.database_url,
-            # A turn holds its user's lock on one connection and works on another; connections
-            # are kept open for both, as opening one per message would cost more than the work.
-            pool_size=config.storage.pool_size + turns,
-            max_overflow=turns,
+            # Turns use a connection only while they read or write (never while the model
+            # answers), at most TURN_DB_SLOTS at once; the rest is for acknowledgements, the
+            # outbox and the jobs, plus the turn locks' own connection. Connections are kept
+            # open, as opening one per message would cost more than the work.
+            pool_size=config.storage.pool_size + TURN_DB_SLOTS + 1,
+            max_overflow=config.storage.pool_size,
         )
         try:
             await database.ping()
@@ -357,7 +359,8 @@ class GatewayRuntime:
                 public_url=config.server.public_url or "",
             ),
             clock=clock,
-            on_reply=outbox.notify,
+            send_reply=outbox.send_now,
+            reply_lease=outbox.policy.lease,
             find_referenced=_reference_finder(database)
             if config.recall.resume_by_reference
             else None,
@@ -427,6 +430,7 @@ class GatewayRuntime:
             dispatcher=dispatcher,
             outbox=outbox,
             jobs=jobs,
+            locks=locks,
             web=web,
             slack=slack,
             teams=teams,
@@ -474,6 +478,7 @@ class GatewayRuntime:
         self.jobs.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.locks.close()
         await self.engine.llm.close()
         await self.database.dispose()
         log.info("gateway.stopped")

@@ -35,6 +35,7 @@ from sessions.llm import estimate_tokens
 from storage.database import Database
 from storage.errors import LLMError, StorageError
 from storage.models import InboundEvent, InboundStatus, SessionMessage
+from storage.models import OutboundMessage as OutboundRow
 from storage.repositories import (
     InboxRepository,
     OutboxRepository,
@@ -56,7 +57,9 @@ FAILURE_APOLOGY_TEXT = (
     "Sorry, something went wrong while handling your message. The team has been notified."
 )
 REJECTION_INTERVAL = timedelta(hours=1)
-WORK_SLOTS = 4
+# Turns wait for the model concurrently, but read and write the database at most this many at
+# a time: the connection pool is sized for it (see `GatewayRuntime.start`).
+TURN_DB_SLOTS = 16
 MAX_ATTEMPTS = 3
 
 
@@ -89,7 +92,8 @@ class TurnProcessor:
         settings: TurnSettings,
         *,
         clock: Callable[[], datetime],
-        on_reply: Callable[[], None],
+        send_reply: Callable[[OutboundRow], None],
+        reply_lease: timedelta,
         find_referenced: Callable[[str, str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.database = database
@@ -97,13 +101,15 @@ class TurnProcessor:
         self.find_referenced = find_referenced
         self.transcripts = transcripts
         self.engine = engine
-        # Turns wait for the model concurrently, but their database work is CPU-bound in this
-        # process: a few at a time keep the event loop free for accepting new messages.
-        self._work_slots = asyncio.Semaphore(WORK_SLOTS)
+        self._db_slots = asyncio.Semaphore(TURN_DB_SLOTS)
         self.metrics = metrics
         self.settings = settings
         self.clock = clock
-        self.on_reply = on_reply
+        # Replies are committed already claimed by this process for `reply_lease` and handed
+        # to `send_reply` once committed: sent at once, without the outbox claiming them; if
+        # this process dies first, the lease runs out and any process's outbox sends them.
+        self.send_reply = send_reply
+        self.reply_lease = reply_lease
 
     async def process(self, event: InboundEvent, user: ResolvedUser) -> bool:
         """Answer one event; failures are retried up to three times, then apologised for.
@@ -141,8 +147,9 @@ class TurnProcessor:
             recently = await outbox.sent_since(
                 channel, message.channel_id, "rejection", now - REJECTION_INTERVAL
             )
+            reply = None
             if not recently:
-                await self._enqueue(
+                reply = await self._enqueue(
                     db, message, UNKNOWN_SENDER_TEXT, event_id=event.id, kind="rejection"
                 )
         self.metrics.messages_rejected.labels(channel, "unknown_sender").inc()
@@ -154,8 +161,7 @@ class TurnProcessor:
             message_id=message.message_id,
             notified=not recently,
         )
-        if not recently:
-            self.on_reply()
+        self._send(reply)
 
     async def _answer(
         self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser
@@ -164,7 +170,7 @@ class TurnProcessor:
         if command is not None and event.appended_seq is None:
             await self._run_command(event, message, user, command)
             return
-        async with self._work_slots:
+        async with self._db_slots:
             session_id, org_id = await self._append_user_message(event, message, user)
         bind_turn_context(session_id=session_id)
         started = time.perf_counter()
@@ -188,7 +194,7 @@ class TurnProcessor:
             )
         now = self.clock()
         reply_id = new_outbound_id()
-        async with self._work_slots, self.database.session() as db:
+        async with self._db_slots, self.database.session() as db:
             sessions = SessionRepository(db)
             stored = []
             for position, produced in enumerate(outcome.messages):
@@ -216,7 +222,7 @@ class TurnProcessor:
                 output_tokens=outcome.output_tokens,
                 context_tokens=outcome.context_tokens,
             )
-            await self._enqueue(
+            reply = await self._enqueue(
                 db,
                 message,
                 outcome.reply_text,
@@ -238,7 +244,7 @@ class TurnProcessor:
             output_tokens=outcome.output_tokens,
             compacted=outcome.compacted,
         )
-        self.on_reply()
+        self._send(reply)
         user_line = _line(
             message.message_id,
             "user",
@@ -293,12 +299,10 @@ class TurnProcessor:
                 message.thread_id,
                 at=now,
             )
-            stored = await InboxRepository(db).get(event.id)
-            if stored is None:
+            if not await InboxRepository(db).mark_appended(
+                event.id, seq=appended.seq, session_id=route.session.id, user_id=user.user_id
+            ):
                 raise StorageError("inbound event vanished during its turn", key=str(event.id))
-            stored.appended_seq = appended.seq
-            stored.session_id = route.session.id
-            stored.user_id = user.user_id
         event.appended_seq, event.session_id = appended.seq, route.session.id
         log.info("turn.started", session_id=route.session.id, route=route.reason, seq=appended.seq)
         return route.session.id, route.session.org_id
@@ -321,7 +325,7 @@ class TurnProcessor:
                     public_url=self.settings.public_url,
                 ),
             )
-            await self._enqueue(
+            reply = await self._enqueue(
                 db,
                 message,
                 outcome.reply,
@@ -332,7 +336,7 @@ class TurnProcessor:
                 file=outcome.file,
             )
             await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
-        self.on_reply()
+        self._send(reply)
 
     async def _finish_with(
         self,
@@ -349,8 +353,9 @@ class TurnProcessor:
             finished = await InboxRepository(db).finish(
                 event.id, status, at=self.clock(), error=error
             )
+            reply = None
             if finished:
-                await self._enqueue(
+                reply = await self._enqueue(
                     db,
                     message,
                     text,
@@ -359,8 +364,7 @@ class TurnProcessor:
                     session_id=session_id,
                     kind="notice",
                 )
-        if finished:
-            self.on_reply()
+        self._send(reply)
 
     async def _record_failure(
         self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser, exc: Exception
@@ -393,11 +397,14 @@ class TurnProcessor:
         kind: str = "reply",
         outbound_id: str | None = None,
         file: FileToSend | None = None,
-    ) -> None:
+    ) -> OutboundRow | None:
+        """Add a reply to the outbox in the caller's transaction; the row to send once that
+        commits, or None for channels whose clients fetch their replies."""
         delivered = message.channel_type.value in self.settings.pull_channels
         if delivered:
             self.metrics.messages_out.labels(message.channel_type.value, "delivered").inc()
-        await OutboxRepository(db).enqueue(
+        now = self.clock()
+        row = await OutboxRepository(db).enqueue(
             delivered=delivered,
             message_id=outbound_id or new_outbound_id(),
             channel_type=message.channel_type.value,
@@ -413,8 +420,15 @@ class TurnProcessor:
                 **message.reply_context,
                 **({ATTACHMENT_KEY: dataclasses.asdict(file)} if file is not None else {}),
             },
-            at=self.clock(),
+            at=now,
+            claimed_until=now + self.reply_lease,
         )
+        return None if delivered else row
+
+    def _send(self, reply: OutboundRow | None) -> None:
+        """Hand a committed reply to the outbox sender."""
+        if reply is not None:
+            self.send_reply(reply)
 
     async def _append_transcript(self, ref: SessionRef, lines: list[TranscriptLine]) -> None:
         # The database is the record; the transcript file is its mirror for archives and

@@ -86,7 +86,10 @@ class Database:
             )
         self.url = parsed
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
-        options: dict[str, Any] = {"echo": echo, "pool_pre_ping": True}
+        # No pre-ping: it costs a round trip per checkout (a dozen per message). A connection
+        # that died (a database restart) fails its statement once instead; SQLAlchemy then
+        # discards every connection of the pool opened before, and callers retry.
+        options: dict[str, Any] = {"echo": echo}
         if self.is_sqlite:
             if parsed.database and parsed.database != ":memory:":
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)

@@ -499,6 +499,18 @@ class InboxRepository:
         )
         return list(result.scalars())
 
+    async def mark_appended(
+        self, event_id: int, *, seq: int, session_id: str, user_id: str
+    ) -> bool:
+        """Remember that the event's message is in the session at `seq` (so a retry after a
+        crash does not append it again); False when the event is gone."""
+        result = await self.session.execute(
+            update(InboundEvent)
+            .where(InboundEvent.id == event_id)
+            .values(appended_seq=seq, session_id=session_id, user_id=user_id)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
     async def finish(
         self, event_id: int, status: InboundStatus, *, at: datetime, error: str | None = None
     ) -> bool:
@@ -543,9 +555,16 @@ class OutboxRepository:
         inbound_event_id: int | None = None,
         reply_context: dict[str, Any] | None = None,
         delivered: bool = False,
+        claimed_until: datetime | None = None,
     ) -> OutboundMessage:
         """Commit a reply for sending (the caller's transaction commits it); `delivered` for
-        channels whose clients fetch replies themselves, where being stored is being sent."""
+        channels whose clients fetch replies themselves, where being stored is being sent;
+        `claimed_until` for a reply the caller sends itself, as if claimed with that lease."""
+        status, next_attempt_at = OutboundStatus.PENDING, at
+        if delivered:
+            status = OutboundStatus.DELIVERED
+        elif claimed_until is not None:
+            status, next_attempt_at = OutboundStatus.SENDING, claimed_until
         row = OutboundMessage(
             message_id=message_id,
             user_id=user_id,
@@ -558,10 +577,10 @@ class OutboxRepository:
             kind=kind,
             content=content,
             reply_context=reply_context or {},
-            status=(OutboundStatus.DELIVERED if delivered else OutboundStatus.PENDING).value,
+            status=status.value,
             attempts=0,
             created_at=at,
-            next_attempt_at=at,
+            next_attempt_at=next_attempt_at,
             delivered_at=at if delivered else None,
             platform_message_id=message_id if delivered else None,
         )
