@@ -430,11 +430,22 @@ class SlackChannel:
         """Post the reply in its conversation and thread, in pieces when it is long.
 
         Pieces already posted are remembered, so a retry after a failure part-way continues
-        where it stopped instead of posting the first pieces again.
+        where it stopped instead of posting the first pieces again. A reply with a file is
+        delivered only to a direct conversation (a permanent `DeliveryError` elsewhere).
         """
         context = message.reply_context
         channel = str(context.get("channel") or message.channel_id)
         thread_ts = context.get("thread_ts") or message.thread_id or None
+        if message.file is not None and not channel.startswith(DIRECT_CONVERSATION_PREFIXES):
+            # Files are exports of a whole session, DMs included; the commands send them only
+            # to DMs, and this refuses the whole reply (its text names the file and a link)
+            # should one ever be addressed to a channel.
+            log.error("slack.file_refused", channel=channel, reply_id=message.message_id)
+            raise DeliveryError(
+                f"refusing to upload {message.file.filename} into {channel}, "
+                "a conversation others can read",
+                permanent=True,
+            )
         pieces = split_for_slack(markdown_to_mrkdwn(message.content)) or ["…"]
         posted = self._partial.setdefault(message.message_id, [])
         for piece in pieces[len(posted) :]:
@@ -474,6 +485,9 @@ class SlackChannel:
 
 
 REPLAY_WINDOW_SECONDS = 300
+# Conversations only the user and the app share: a DM (D…), or a user id (U…, W…), which Slack
+# delivers to the app's DM with that user.
+DIRECT_CONVERSATION_PREFIXES = ("D", "U", "W")
 LOOKUP_TIMEOUT_SECONDS = 1.0
 MAX_NAME_LOOKUPS = 20
 TOO_LONG_NOTICE = (

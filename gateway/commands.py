@@ -1,7 +1,11 @@
 """Chat commands, the same on every channel: `/new`, `/sessions`, `/resume`, `/status`,
-`/forget`, `/help` (also written with `!`; on email the subject or first line).
+`/export`, `/forget`, `/help` (also written with `!`; on email the subject or first line).
 
 A command is answered by the gateway itself; it never reaches the model or the transcript.
+A user's session spans their direct messages and the shared conversations they mention the
+assistant in, so what a command shows depends on where it was asked (`is_private_conversation`):
+an export is made only in a private conversation, and `/sessions` and `/status` leave out
+topics and the list of channels in shared ones, where others read the reply.
 """
 
 from __future__ import annotations
@@ -10,12 +14,13 @@ import hashlib
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from channels.base import FILE_CHANNELS, ChannelMessage, FileToSend
+from channels.base import FILE_CHANNELS, ChannelMessage, ChannelType, FileToSend
 from gateway.identity import ResolvedUser
 from gateway.log import get_logger
 from gateway.router import RoutingPolicy, find_session
@@ -38,11 +43,21 @@ HELP_TEXT = """Commands (also written with ! instead of /):
 /sessions: list your recent sessions
 /resume <id>: continue an earlier session (the first characters of its id are enough)
 /status: this session's id, channels, messages, context use and compactions
-/export [id]: a download link (valid 24 hours) with everything stored about a session
+/export [id]: in a direct message, a download link (valid 24 hours) with everything
+  stored about a session
 /forget: delete this session for good (asks for confirmation)
 /help: this list"""
 
 EXPORT_LINK_LIFETIME = timedelta(hours=24)
+EXPORT_ONLY_IN_PRIVATE = (
+    "Exports hold your whole conversation, so I only send them in a direct message. "
+    "Send /export to me in a DM."
+)
+# Slack conversation ids that only the user and the app share: D… is a direct message; a user
+# id (U…, W…) is where the "Send to assistant" shortcut answers, which Slack delivers to the
+# app's direct message with that user. C… and G… (channels, private channels, group DMs) are
+# read by others.
+SLACK_PRIVATE_PREFIXES = ("D", "U", "W")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +88,31 @@ def parse_command(message: ChannelMessage) -> Command | None:
         if match:
             return Command(match["name"].lower(), match["args"].strip())
     return None
+
+
+def is_private_conversation(message: ChannelMessage) -> bool:
+    """Whether only the sender reads the replies to `message`: a Slack DM, a Teams personal chat,
+    email (the reply goes to the sender) and the web (their own feed).
+
+    Anything not known to be private counts as shared, so a new conversation kind, or a
+    message whose reply context lacks the marker, shows others nothing of the user's DMs.
+    """
+    if message.channel_type in (ChannelType.EMAIL, ChannelType.WEB):
+        return True
+    context = message.reply_context
+    if message.channel_type == ChannelType.SLACK:
+        # Both must be private: the reply goes to the reply context's channel when it names one.
+        places = (message.channel_id, str(context.get("channel") or message.channel_id))
+        return all(place.startswith(SLACK_PRIVATE_PREFIXES) for place in places)
+    if message.channel_type == ChannelType.TEAMS:
+        reference = context.get("conversation_reference")
+        conversation = reference.get("conversation") if isinstance(reference, Mapping) else None
+        return (
+            isinstance(conversation, Mapping)
+            and conversation.get("conversationType") == "personal"
+            and not conversation.get("isGroup")
+        )
+    return False
 
 
 def short_id(session_id: str) -> str:
@@ -151,14 +191,18 @@ async def _sessions(_command: Command, context: CommandContext) -> CommandOutcom
     if not recent:
         return CommandOutcome("You have no sessions yet.")
     current = await _current(context)
+    # Topics are summaries of what was said, DMs included: not for a shared conversation.
+    private = is_private_conversation(context.message)
     lines = ["Your recent sessions:"]
     for item in recent:
         marker = "*" if current is not None and item.id == current.id else " "
-        topic = item.topic_summary or "(no topic yet)"
+        topic = f"  {item.topic_summary or '(no topic yet)'}" if private else ""
         lines.append(
             f"{marker} {short_id(item.id)}  {item.last_active_at:%Y-%m-%d %H:%M}  "
-            f"{item.status:<8}  {item.message_count:>4} msgs  {topic}"
+            f"{item.status:<8}  {item.message_count:>4} msgs{topic}"
         )
+    if not private:
+        lines.append("Topics are shown only in a direct message.")
     lines.append("/resume <id> continues one.")
     return CommandOutcome("\n".join(lines), current.id if current else None)
 
@@ -200,11 +244,15 @@ async def _status(_command: Command, context: CommandContext) -> CommandOutcome:
     if current is None:
         return CommandOutcome("No active session: your next message starts one.")
     channels = await SessionRepository(context.db).channels(current.id)
-    places = ", ".join(
-        f"{channel.channel_type}:{channel.channel_id}"
-        + (f" (thread {channel.thread_id})" if channel.thread_id else "")
-        for channel in channels
-    )
+    if channels and not is_private_conversation(context.message):
+        # Where else the user talks (their DMs, other channels) is not for this audience.
+        places = f"{len(channels)} (listed only in a direct message)"
+    else:
+        places = ", ".join(
+            f"{channel.channel_type}:{channel.channel_id}"
+            + (f" (thread {channel.thread_id})" if channel.thread_id else "")
+            for channel in channels
+        )
     used = current.context_tokens
     budget = context.history_budget_tokens
     return CommandOutcome(
@@ -259,6 +307,18 @@ def export_token_hash(token: str) -> str:
 
 
 async def _export(command: Command, context: CommandContext) -> CommandOutcome:
+    message = context.message
+    if not is_private_conversation(message):
+        # The file and the link (a bearer link) would reach everyone in the conversation,
+        # and the session holds the user's DMs too: refused before anything is made.
+        log.info(
+            "export.refused",
+            reason="shared conversation",
+            user_id=context.user.user_id,
+            channel=message.channel_type.value,
+            channel_id=message.channel_id,
+        )
+        return CommandOutcome(EXPORT_ONLY_IN_PRIVATE)
     target = await _current(context)
     prefix = command.args.split()[0] if command.args.split() else ""
     if prefix:

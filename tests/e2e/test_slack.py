@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from storage.models import InboundEvent, Session, SessionChannel, SessionMessage
+from storage.models import ExportLink, InboundEvent, Session, SessionChannel, SessionMessage
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 from tests.fakes.slack_api import (
     BOT_USER,
@@ -292,3 +292,40 @@ async def test_export_in_a_slack_dm_uploads_the_session_as_a_file(
     assert upload["filename"].endswith(".json")
     exported = json.loads(upload["content"])
     assert exported["messages"][0]["content"] == "remember the anvil"
+
+
+async def test_export_in_a_channel_thread_is_refused_there_and_nothing_is_uploaded_or_linked(
+    database_url: str, tmp_path: Path, slack_api: FakeSlackAPI
+) -> None:
+    mention = {
+        "type": "app_mention",
+        "channel": "C0001",
+        "user": "U0001",
+        "text": f"<@{BOT_USER}> hello team",
+        "ts": "1700001000.000100",
+        "event_ts": "1700001000.000100",
+    }
+    export = {
+        "type": "message",
+        "channel": "C0001",
+        "channel_type": "channel",
+        "user": "U0001",
+        "text": "/export",
+        "ts": "1700001001.000100",
+        "thread_ts": "1700001000.000100",
+    }
+    async with running_gateway(slack_config(database_url, tmp_path, slack_api)) as gateway:
+        secret = event_envelope(direct_message("the vault code is PLUM-4471", ts="1.1"), "EvS")
+        await send_event(gateway.client, secret)
+        await wait_for_posts(slack_api, 1)
+        await send_event(gateway.client, event_envelope(mention, "EvM2"))
+        await wait_for_posts(slack_api, 2)
+        await send_event(gateway.client, event_envelope(export, "EvX2"))
+        posts = await wait_for_posts(slack_api, 3)
+        links = await rows(gateway, ExportLink)
+    refusal = posts[2]
+    assert (refusal["channel"], refusal["thread_ts"]) == ("C0001", "1700001000.000100")
+    assert "only send them in a direct message" in refusal["text"]
+    assert "/web/v1/exports/" not in refusal["text"]
+    assert slack_api.uploads == {}
+    assert links == []

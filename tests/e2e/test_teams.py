@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from storage.models import InboundEvent, SessionChannel, SessionMessage
+from storage.models import ExportLink, InboundEvent, SessionChannel, SessionMessage
 from tests.channels.test_teams import (
     ALICE_AAD,
     TEAM_CHANNEL,
@@ -109,3 +109,20 @@ async def test_an_activity_without_a_valid_token_never_reaches_the_session(
     assert (unsigned.status_code, wrong_audience.status_code) == (401, 401)
     assert events == []
     assert fake.posted == []
+
+
+async def test_export_in_a_channel_is_refused_in_its_reply_chain_and_makes_no_link(
+    database_url: str, tmp_path: Path, fake: FakeBotFramework
+) -> None:
+    activity = channel_mention(fake, root="1717243100000")
+    activity["text"] = "<at>Assistant</at> /export"
+    async with running_gateway(teams_config(database_url, tmp_path, fake)) as gateway:
+        answer = await gateway.client.post("/api/messages", json=activity, headers=fake.bearer())
+        (posted,) = await wait_for_posts(fake, 1)
+        async with gateway.runtime.database.session() as db:
+            links = list((await db.execute(select(ExportLink))).scalars())
+    assert answer.status_code == 200
+    assert posted.conversation_id == f"{TEAM_CHANNEL};messageid=1717243100000"
+    assert "only send them in a direct message" in posted.body["text"]
+    assert "/web/v1/exports/" not in posted.body["text"]
+    assert links == []

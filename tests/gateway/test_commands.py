@@ -6,15 +6,39 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from structlog.testing import capture_logs
 
-from storage.models import InboundEvent, Session, SessionChannel, SessionMessage
+from channels.base import FILE_CHANNELS, ChannelMessage, ChannelType
+from channels.slack_parse import parse_slack_event, parse_slack_shortcut
+from channels.teams import parse_teams_activity
+from gateway.commands import (
+    EXPORT_ONLY_IN_PRIVATE,
+    CommandContext,
+    CommandOutcome,
+    is_private_conversation,
+    parse_command,
+    run_command,
+)
+from gateway.identity import ResolvedUser
+from gateway.router import RoutingPolicy
+from storage.database import Database
+from storage.models import ExportLink, InboundEvent, Session, SessionChannel, SessionMessage
+from storage.repositories import OrganizationRepository, SessionRepository, UserRepository
+from storage.transcripts import LocalTranscriptStore
+from tests.channels.test_teams_parse import APP_ID as TEAMS_APP_ID
+from tests.channels.test_teams_parse import CHANNEL as TEAMS_CHANNEL
+from tests.channels.test_teams_parse import TENANT as TEAMS_TENANT
+from tests.channels.test_teams_parse import activity as teams_activity
+from tests.channels.test_teams_parse import mention as teams_mention
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
+from tests.fakes.slack_api import BOT_USER, TEAM, direct_message, event_envelope
 
 COMMANDS = ("/new", "/sessions", "/resume", "/status", "/forget", "/help")
 
@@ -338,3 +362,266 @@ async def test_forget_confirm_after_five_minutes_is_refused(
     assert sessions[kept].message_count == 4
     assert after["session_id"] == kept
     assert (session_folder(tmp_path, "alice", kept) / "transcript.jsonl").exists()
+
+
+# --- where a command is asked: exports only in private, no DM details in shared places ------
+
+ALICE = ResolvedUser("alice", "acme", "Alice")
+POLICY = RoutingPolicy(scope="user", archive_after=timedelta(hours=8))
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+DM_SECRET = "the vault code is PLUM-4471"
+
+
+def slack_message(event: dict[str, Any]) -> ChannelMessage:
+    message = parse_slack_event(event_envelope(event, "EvCmd"))
+    assert message is not None
+    return message
+
+
+def slack_dm(text: str) -> ChannelMessage:
+    return slack_message(direct_message(text, ts="1700000000.000100"))
+
+
+def slack_mention(text: str, channel: str = "C0001") -> ChannelMessage:
+    ts = "1700000001.000100"
+    return slack_message(
+        {"type": "app_mention", "channel": channel, "user": "U0001", "ts": ts, "event_ts": ts}
+        | {"text": f"<@{BOT_USER}> {text}"}
+    )
+
+
+def slack_thread_reply(text: str, channel: str = "C0001", kind: str = "channel") -> ChannelMessage:
+    return slack_message(
+        {
+            "type": "message",
+            "channel": channel,
+            "channel_type": kind,
+            "user": "U0001",
+            "text": text,
+            "ts": "1700000002.000100",
+            "thread_ts": "1700000001.000100",
+        }
+    )
+
+
+def slack_shortcut() -> ChannelMessage:
+    return parse_slack_shortcut(
+        {
+            "type": "message_action",
+            "callback_id": "send_to_assistant",
+            "trigger_id": "1.2.3",
+            "action_ts": "1700000003.000100",
+            "team": {"id": TEAM, "domain": "acme"},
+            "user": {"id": "U0001", "team_id": TEAM},
+            "channel": {"id": "C0002", "name": "deals"},
+            "message": {"type": "message", "user": "U0009", "text": "hi", "ts": "1700000002.1"},
+        }
+    )
+
+
+def teams_message(text: str, conversation: dict[str, Any]) -> ChannelMessage:
+    mentioned = conversation["conversationType"] != "personal"
+    activity = teams_activity(
+        conversation={**conversation, "tenantId": TEAMS_TENANT},
+        text=f"<at>Assistant</at> {text}" if mentioned else text,
+        entities=[teams_mention()] if mentioned else [],
+    )
+    message = parse_teams_activity(activity, bot_id=TEAMS_APP_ID)
+    assert message is not None
+    return message
+
+
+def teams_personal(text: str) -> ChannelMessage:
+    return teams_message(text, {"id": "a:1chat", "conversationType": "personal"})
+
+
+def teams_channel(text: str) -> ChannelMessage:
+    conversation_id = f"{TEAMS_CHANNEL};messageid=1717243100000"
+    return teams_message(
+        text, {"id": conversation_id, "conversationType": "channel", "isGroup": True}
+    )
+
+
+def teams_group_chat(text: str) -> ChannelMessage:
+    return teams_message(
+        text, {"id": "19:group@thread.v2", "conversationType": "groupChat", "isGroup": True}
+    )
+
+
+def email_message(text: str) -> ChannelMessage:
+    return ChannelMessage(
+        channel_type=ChannelType.EMAIL,
+        channel_id="assistant@acme.example",
+        message_id="<m1@acme.example>",
+        user_identifier="alice@acme.example",
+        content="",
+        timestamp=NOW,
+        thread_id="<m1@acme.example>",
+        reply_context={"subject": text, "reply_to": "alice@acme.example"},
+    )
+
+
+def web_message(text: str) -> ChannelMessage:
+    return ChannelMessage(
+        channel_type=ChannelType.WEB,
+        channel_id="alice",
+        message_id="alice:m1",
+        user_identifier="alice",
+        content=text,
+        timestamp=NOW,
+        reply_context={"client_message_id": "m1"},
+    )
+
+
+PRIVATE_PLACES = {
+    "a Slack DM": slack_dm,
+    "a Teams personal chat": teams_personal,
+    "email": email_message,
+    "the web": web_message,
+}
+SHARED_PLACES = {
+    "a Slack channel mention": slack_mention,
+    "a Slack channel thread": slack_thread_reply,
+    "a Slack private channel": lambda text: slack_thread_reply(text, "G0001", "group"),
+    "a Slack group DM": lambda text: slack_thread_reply(text, "C0003", "mpim"),
+    "a Teams channel": teams_channel,
+    "a Teams group chat": teams_group_chat,
+}
+
+
+@pytest.mark.parametrize("place", PRIVATE_PLACES)
+def test_dms_personal_chats_email_and_the_web_are_private(place: str) -> None:
+    assert is_private_conversation(PRIVATE_PLACES[place]("/export"))
+
+
+def test_the_dm_a_slack_shortcut_is_answered_in_is_private() -> None:
+    message = slack_shortcut()
+    assert message.channel_id == "U0001"  # Slack delivers a post to a user id to the app's DM
+    assert is_private_conversation(message)
+
+
+@pytest.mark.parametrize("place", SHARED_PLACES)
+def test_channels_group_chats_and_group_dms_are_shared(place: str) -> None:
+    assert not is_private_conversation(SHARED_PLACES[place]("/export"))
+
+
+def test_a_conversation_not_known_to_be_private_counts_as_shared() -> None:
+    personal = teams_personal("/export")
+    reference = dict(personal.reply_context["conversation_reference"])
+    reference["conversation"] = {"id": "a:1chat"}  # no conversationType
+    unmarked = replace(personal, reply_context={"conversation_reference": reference})
+    # A DM's id, but the reply would go to a channel.
+    redirected = replace(slack_dm("/export"), reply_context={"channel": "C0001"})
+    assert not is_private_conversation(unmarked)
+    assert not is_private_conversation(redirected)
+    assert not is_private_conversation(replace(slack_dm("/export"), channel_id="C0001"))
+
+
+@pytest.fixture
+async def alices_database(tmp_path: Path) -> AsyncIterator[Database]:
+    """A database where Alice's one session holds a DM and a thread in channel C0001."""
+    database = Database(f"sqlite+aiosqlite:///{tmp_path / 'commands.db'}")
+    await database.upgrade()
+    async with database.session() as db:
+        await OrganizationRepository(db).upsert("acme", "Acme")
+        await UserRepository(db).upsert("alice", "acme", "Alice")
+        sessions = SessionRepository(db)
+        session = await sessions.create("alice", "acme", at=NOW)
+        session.topic_summary = DM_SECRET
+        await sessions.record_channel(session.id, "slack", "D0001", "", at=NOW)
+        await sessions.record_channel(session.id, "slack", "C0001", "1700000001.000100", at=NOW)
+        await sessions.append_message(
+            session.id, role="user", channel_type="slack", content=DM_SECRET, at=NOW
+        )
+    yield database
+    await database.dispose()
+
+
+async def run_as_alice(
+    database: Database, message: ChannelMessage, tmp_path: Path
+) -> tuple[CommandOutcome, list[ExportLink]]:
+    """Run the message's command for Alice; the reply and the export links that exist after."""
+    command = parse_command(message)
+    assert command is not None
+    async with database.session() as db:
+        outcome = await run_command(
+            command,
+            CommandContext(
+                db=db,
+                user=ALICE,
+                message=message,
+                policy=POLICY,
+                history_budget_tokens=1000,
+                now=NOW,
+                transcripts=LocalTranscriptStore(tmp_path / "transcripts"),
+                public_url="https://gateway.example",
+            ),
+        )
+    async with database.session() as db:
+        links = list((await db.execute(select(ExportLink))).scalars())
+    return outcome, links
+
+
+@pytest.mark.parametrize("place", SHARED_PLACES)
+@pytest.mark.parametrize("command", ["/export", "/export {session_id}"])
+async def test_an_export_asked_for_in_a_shared_conversation_is_refused_and_nothing_is_made(
+    alices_database: Database, tmp_path: Path, place: str, command: str
+) -> None:
+    async with alices_database.session() as db:
+        (session,) = (await db.execute(select(Session))).scalars()
+    message = SHARED_PLACES[place](command.format(session_id=session.id[:8]))
+    with capture_logs() as logged:
+        outcome, links = await run_as_alice(alices_database, message, tmp_path)
+
+    assert outcome == CommandOutcome(EXPORT_ONLY_IN_PRIVATE)
+    assert "only send them in a direct message" in outcome.reply
+    assert "/web/v1/exports/" not in outcome.reply
+    assert links == []
+    (refusal,) = [line for line in logged if line["event"] == "export.refused"]
+    assert refusal["reason"] == "shared conversation"
+    assert refusal["user_id"] == "alice"
+    assert refusal["channel_id"] == message.channel_id
+
+
+@pytest.mark.parametrize("place", PRIVATE_PLACES)
+async def test_an_export_asked_for_in_a_private_conversation_is_made(
+    alices_database: Database, tmp_path: Path, place: str
+) -> None:
+    message = PRIVATE_PLACES[place]("/export")
+    outcome, links = await run_as_alice(alices_database, message, tmp_path)
+
+    (link,) = links
+    assert link.user_id == "alice"
+    assert outcome.session_id == link.session_id
+    assert "https://gateway.example/web/v1/exports/" in outcome.reply
+    if message.channel_type in FILE_CHANNELS:
+        assert outcome.file is not None
+        assert DM_SECRET in outcome.file.content
+    else:
+        assert outcome.file is None
+
+
+@pytest.mark.parametrize("place", SHARED_PLACES)
+async def test_sessions_and_status_in_a_shared_conversation_leave_out_topics_and_channels(
+    alices_database: Database, tmp_path: Path, place: str
+) -> None:
+    listing, _ = await run_as_alice(alices_database, SHARED_PLACES[place]("/sessions"), tmp_path)
+    status, _ = await run_as_alice(alices_database, SHARED_PLACES[place]("/status"), tmp_path)
+
+    assert "PLUM-4471" not in listing.reply
+    assert "Topics are shown only in a direct message." in listing.reply
+    assert re.search(r"^\* [0-9a-f]{8}  .*  active  +1 msgs$", listing.reply, re.M)
+    assert "D0001" not in status.reply
+    assert "Channels: 2 (listed only in a direct message)" in status.reply
+    assert "Messages: 1 (1 from you, 0 from the assistant)" in status.reply
+
+
+async def test_sessions_and_status_in_a_dm_show_topics_and_channels(
+    alices_database: Database, tmp_path: Path
+) -> None:
+    listing, _ = await run_as_alice(alices_database, slack_dm("/sessions"), tmp_path)
+    status, _ = await run_as_alice(alices_database, slack_dm("/status"), tmp_path)
+
+    assert DM_SECRET in listing.reply
+    assert "Topics are shown only" not in listing.reply
+    assert "Channels: slack:D0001, slack:C0001 (thread 1700000001.000100)" in status.reply
