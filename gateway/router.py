@@ -44,6 +44,9 @@ class Route:
     session: Session
     reason: Literal["thread", "reply", "active", "reference", "new"]
     reactivated: bool = False
+    # The message's thread belongs to another user's session: the message is answered in it,
+    # from this session, but the thread stays with its owner.
+    thread_taken: bool = False
 
 
 async def find_session(
@@ -57,8 +60,10 @@ async def find_session(
     """The session the message continues, without creating one (None: it would be new)."""
     sessions = SessionRepository(session)
     channel = message.channel_type.value
+    owner = await sessions.find_by_thread(channel, message.channel_id, message.thread_id)
+    thread_taken = owner is not None and owner.user_id != user.user_id
     for candidate, reason in (
-        (await sessions.find_by_thread(channel, message.channel_id, message.thread_id), "thread"),
+        (owner, "thread"),
         (await _session_replied_to(session, message), "reply"),
     ):
         if candidate is not None and candidate.user_id == user.user_id:
@@ -72,7 +77,7 @@ async def find_session(
         if active.status == SessionStatus.ACTIVE.value:
             transition(active, SessionStatus.ARCHIVED, at=now, reason="idle")
         return None
-    return Route(active, "active")
+    return Route(active, "active", thread_taken=thread_taken)
 
 
 async def resolve_session(
@@ -92,6 +97,12 @@ async def resolve_session(
     found = await find_session(session, user, message, policy, now=now)
     if found is not None:
         return found
+    thread_taken = bool(message.thread_id) and (
+        await SessionRepository(session).find_by_thread(
+            message.channel_type.value, message.channel_id, message.thread_id
+        )
+        is not None
+    )
     scope_channel = message.channel_type.value if policy.scope == "channel" else None
     if referenced is not None:
         candidate = await SessionRepository(session).get(referenced, for_update=True)
@@ -103,12 +114,12 @@ async def resolve_session(
         ):
             candidate.current_since = now
             log.info("session.resumed_by_reference", session_id=candidate.id, user_id=user.user_id)
-            return Route(candidate, "reference", reactivated=True)
+            return Route(candidate, "reference", reactivated=True, thread_taken=thread_taken)
     created = await SessionRepository(session).create(
         user.user_id, user.org_id, scope_channel=scope_channel, at=now
     )
     log.info("session.created", session_id=created.id, user_id=user.user_id)
-    return Route(created, "new")
+    return Route(created, "new", thread_taken=thread_taken)
 
 
 async def _session_replied_to(session: AsyncSession, message: ChannelMessage) -> Session | None:

@@ -296,7 +296,7 @@ class TurnProcessor:
                 route.session.id,
                 message.channel_type.value,
                 message.channel_id,
-                message.thread_id,
+                "" if route.thread_taken else message.thread_id,
                 at=now,
             )
             if not await InboxRepository(db).mark_appended(
