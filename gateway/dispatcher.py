@@ -30,6 +30,7 @@ from storage.repositories import InboxRepository
 log = get_logger(__name__)
 
 DRAIN_BATCH = 16
+RESOLVE_SLOTS = 8  # senders resolved (looked up or provisioned) at once
 
 
 class Dispatcher:
@@ -55,6 +56,9 @@ class Dispatcher:
         self._draining: set[str] = set()
         self._again: set[str] = set()
         self._hints: set[str] = set()
+        self._resolving: set[str] = set()
+        self._resolve_again: set[str] = set()
+        self._resolve_slots = asyncio.Semaphore(RESOLVE_SLOTS)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
 
@@ -111,20 +115,53 @@ class Dispatcher:
         for sender in senders:
             if self._stopping:
                 return
-            user = await self._user_of(sender)
-            if user is None:
-                continue
-            if user.user_id in self._draining:
-                # The running drain may already have looked at the queue: run once more.
-                self._again.add(user.user_id)
-                continue
+            known = self.identities.cached_sender(sender)
+            if known is not None:
+                self._drain_now(known)
+            elif sender in self._resolving:
+                # The running lookup may have read the sender's events already: once more.
+                self._resolve_again.add(sender)
+            else:
+                self._start_resolve(sender)
+
+    def _start_resolve(self, sender: str) -> None:
+        # A sender not seen lately takes a few round trips to resolve (or provision): done
+        # beside the other senders, not one after another.
+        self._resolving.add(sender)
+        self._track(asyncio.create_task(self._resolve(sender), name=f"resolve:{sender}"))
+
+    async def _resolve(self, sender: str) -> None:
+        user = None
+        try:
+            async with self._resolve_slots:
+                user = await self._user_of(sender)
+        except (GatewayError, SQLAlchemyError, OSError) as exc:
+            log.error("dispatcher.resolve_failed", sender=sender, error=str(exc))
+        finally:
+            self._resolving.discard(sender)
+        if self._stopping:
+            return
+        if user is not None:
+            self._resolve_again.discard(sender)
+            self._drain_now(user)
+        elif sender in self._resolve_again:
+            self._resolve_again.discard(sender)
+            self._start_resolve(sender)
+
+    def _drain_now(self, user: ResolvedUser) -> None:
+        if user.user_id in self._draining:
+            # The running drain may already have looked at the queue: run once more.
+            self._again.add(user.user_id)
+        else:
             self._start_drain(user)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _start_drain(self, user: ResolvedUser) -> None:
         self._draining.add(user.user_id)
-        task = asyncio.create_task(self._drain(user), name=f"drain:{user.user_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._track(asyncio.create_task(self._drain(user), name=f"drain:{user.user_id}"))
 
     async def _user_of(self, sender: str) -> ResolvedUser | None:
         """The sender's user; unknown senders' events are rejected here (None)."""

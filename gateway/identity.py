@@ -138,18 +138,29 @@ class IdentityResolver:
         self._cache: dict[str, tuple[float, ResolvedUser]] = {}
         self._keys_cache: dict[str, tuple[float, list[str]]] = {}
 
-    async def known_sender(self, sender_key: str) -> ResolvedUser | None:
-        """The user owning a sender key (`channel:external id`), or None if nobody does."""
+    def cached_sender(self, sender_key: str) -> ResolvedUser | None:
+        """The sender key's user if it was looked up lately, without asking the database."""
         cached = self._cache.get(sender_key)
         if cached is not None and cached[0] > time.monotonic():
             return cached[1]
+        return None
+
+    async def known_sender(self, sender_key: str) -> ResolvedUser | None:
+        """The user owning a sender key (`channel:external id`), or None if nobody does."""
+        cached = self.cached_sender(sender_key)
+        if cached is not None:
+            return cached
         channel, _, external_id = sender_key.partition(":")
         async with self.database.session() as session:
             user = await UserRepository(session).find_by_identity(channel, external_id)
         if user is None:
             self._cache.pop(sender_key, None)
             return None
-        resolved = ResolvedUser(user.id, user.org_id, user.display_name, user.provisioned)
+        return self._remember(
+            sender_key, ResolvedUser(user.id, user.org_id, user.display_name, user.provisioned)
+        )
+
+    def _remember(self, sender_key: str, resolved: ResolvedUser) -> ResolvedUser:
         if len(self._cache) > 100_000:
             self._cache.clear()
         self._cache[sender_key] = (time.monotonic() + self.cache_ttl, resolved)
@@ -174,7 +185,10 @@ class IdentityResolver:
             await users.upsert(user_id, org_id, external_id, provisioned=True)
             await users.link_identity(user_id, channel, external_id)
         log.info("identity.provisioned", user_id=user_id, channel=channel, tenant=message.tenant)
-        return ResolvedUser(user_id, org_id, external_id, provisioned=True)
+        return self._remember(
+            f"{channel}:{external_id}",
+            ResolvedUser(user_id, org_id, external_id, provisioned=True),
+        )
 
     def forget_cached(self) -> None:
         """Drop the cached lookups (after a config reload changed identities)."""
