@@ -11,6 +11,15 @@ serialised by a lock, so retries only happen between processes. A server without
 writes that answers 501 NotImplemented makes the append fail with a `StorageError` saying so
 rather than risk losing lines; a server that silently ignores the headers cannot be detected,
 and then only the in-process lock protects concurrent appends.
+
+To make an append one request instead of two, the store remembers the bytes and ETag it last
+wrote (or read while appending) for each transcript, in an LRU cache bounded by total bytes.
+An append to a remembered transcript skips the GET and PUTs remembered + new with `If-Match`
+on the remembered ETag; if another process wrote or deleted the object meanwhile, that PUT
+fails its precondition, the entry is dropped and the append falls back to GET + PUT. Deleting
+through the store drops the deleted keys' entries too. The cache is only as safe as the
+server's `If-Match`: on a server that ignores it, pass `cache_bytes=0`, or a stale entry would
+overwrite other processes' lines and bring a transcript deleted elsewhere back.
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
@@ -55,6 +66,7 @@ _MISSING_BUCKET_CODES = frozenset({"NoSuchBucket", "404", "NotFound"})
 # 412: our If-Match / If-None-Match lost; 409: a concurrent conditional write was in flight.
 _WRITE_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _DELETE_BATCH = 1000  # the most keys DeleteObjects accepts in one request
+_DEFAULT_CACHE_BYTES = 16 * 1024 * 1024
 
 
 def _error_code(exc: ClientError) -> str:
@@ -85,6 +97,53 @@ def _storage_error(
     return StorageError(f"S3 {operation} failed: {cause}", key=key)
 
 
+@dataclass(frozen=True, slots=True)
+class _KnownObject:
+    """The bytes of an object as this process last saw them, and the ETag S3 gave them."""
+
+    data: bytes
+    etag: str
+
+
+class _KnownObjects:
+    """The last known state of transcript objects, least recently used first, bounded in bytes.
+
+    Only the bodies count towards the bound; an object bigger than the bound is not kept.
+    Used from the event loop only, so it needs no lock of its own.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max(0, max_bytes)
+        self.size_bytes = 0
+        self._entries: OrderedDict[str, _KnownObject] = OrderedDict()
+
+    def __contains__(self, object_key: str) -> bool:
+        return object_key in self._entries
+
+    def pop(self, object_key: str) -> _KnownObject | None:
+        """Remove and return the entry: whoever takes it puts back what it finds next."""
+        known = self._entries.pop(object_key, None)
+        if known is not None:
+            self.size_bytes -= len(known.data)
+        return known
+
+    def put(self, object_key: str, data: bytes, etag: str | None) -> None:
+        """Remember `data` as the object's content (the most recent entry); evict to fit."""
+        self.pop(object_key)
+        if etag is None or len(data) > self.max_bytes:
+            return
+        self._entries[object_key] = _KnownObject(data, etag)
+        self.size_bytes += len(data)
+        while self.size_bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self.size_bytes -= len(evicted.data)
+
+    def discard_prefix(self, prefix: str) -> None:
+        """Forget every object whose key starts with `prefix`."""
+        for object_key in [k for k in self._entries if k.startswith(prefix)]:
+            self.pop(object_key)
+
+
 class S3TranscriptStore:
     """A `TranscriptStore` in an S3 bucket under an optional prefix, with optional SSE."""
 
@@ -101,12 +160,15 @@ class S3TranscriptStore:
         read_timeout: float = 30.0,
         max_attempts: int = 3,
         append_attempts: int = 10,
+        cache_bytes: int = _DEFAULT_CACHE_BYTES,
         boto_session: boto3.session.Session | None = None,
     ) -> None:
         """Create the (thread-safe) boto3 client once; credentials come from the usual chain.
 
         `max_attempts` is botocore's total attempts per request (1 = no retries);
         `append_attempts` bounds the read-modify-write rounds of one `append_lines`.
+        `cache_bytes` bounds the transcripts remembered to skip the GET of an append
+        (0 turns that off; see the module docstring).
         `boto_session` lets several stores share one session (and its loaded service models);
         by default each store makes its own.
         """
@@ -137,6 +199,7 @@ class S3TranscriptStore:
             "s3", region_name=region, endpoint_url=endpoint_url, config=config
         )
         self._locks = KeyedLocks()
+        self._known = _KnownObjects(cache_bytes)
 
     def close(self) -> None:
         """Close the client's connection pool."""
@@ -158,7 +221,10 @@ class S3TranscriptStore:
             raise _storage_error(operation, key, exc) from exc
 
     async def append_lines(self, ref: SessionRef, lines: Sequence[TranscriptLine]) -> None:
-        """Append lines by conditional read-modify-write of `transcript.jsonl`."""
+        """Append lines by conditional read-modify-write of `transcript.jsonl`.
+
+        When this process knows the transcript's bytes and ETag, the read is skipped.
+        """
         if not lines:
             return
         key = transcript_key(ref)
@@ -166,43 +232,62 @@ class S3TranscriptStore:
         data = encode_lines(lines)
         async with self._locks.for_key(object_key):
             expected: bytes | None = None
+            known = self._known.pop(object_key)
+            if known is not None:
+                expected = known.data + data
+                if await self._put_transcript(key, object_key, expected, known.etag):
+                    return
+                # Someone else wrote or deleted it (or our own PUT was retried): read it.
             for attempt in range(self._append_attempts):
                 old, etag = await self._run("get_object", key, lambda: self._get(object_key))
                 # A conflict can also be our own PUT: botocore retries a request whose answer
                 # was lost, and the retry fails its precondition. If what we meant to write is
                 # there, the append happened; writing it again would duplicate the lines.
                 if expected is not None and old.startswith(expected):
+                    self._known.put(object_key, old, etag)
                     return
                 expected = old + data
-                params: dict[str, Any] = {"Bucket": self.bucket, "Key": object_key, **self._sse}
-                params["Body"] = expected
-                params["ContentType"] = "application/x-ndjson"
-                if etag is None:
-                    params["IfNoneMatch"] = "*"
-                else:
-                    params["IfMatch"] = etag
-                try:
-                    await asyncio.to_thread(functools.partial(self._client.put_object, **params))
-                except ClientError as exc:
-                    # NoSuchKey: the object vanished between our GET and PUT; read again.
-                    if _is_write_conflict(exc) or _error_code(exc) == "NoSuchKey":
-                        await asyncio.sleep(_backoff(attempt))
-                        continue
-                    if _error_code(exc) == "NotImplemented" or _status(exc) == 501:
-                        raise StorageError(
-                            "S3 server does not support conditional writes (If-Match / "
-                            "If-None-Match), so appends cannot be made safe",
-                            key=key,
-                        ) from exc
-                    raise _storage_error("put_object", key, exc) from exc
-                except BotoCoreError as exc:
-                    raise _storage_error("put_object", key, exc) from exc
-                return
+                if await self._put_transcript(key, object_key, expected, etag):
+                    return
+                await asyncio.sleep(_backoff(attempt))
         raise StorageError(
             f"S3 append gave up after {self._append_attempts} attempts: "
             "other writers kept changing the transcript",
             key=key,
         )
+
+    async def _put_transcript(
+        self, key: str, object_key: str, body: bytes, etag: str | None
+    ) -> bool:
+        """PUT `body` if the object still has `etag` (or, for None, does not exist).
+
+        Returns False when the precondition failed, and then remembers nothing; on success the
+        body and its new ETag are remembered for the next append.
+        """
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": object_key, **self._sse}
+        params["Body"] = body
+        params["ContentType"] = "application/x-ndjson"
+        if etag is None:
+            params["IfNoneMatch"] = "*"
+        else:
+            params["IfMatch"] = etag
+        try:
+            response = await asyncio.to_thread(functools.partial(self._client.put_object, **params))
+        except ClientError as exc:
+            # NoSuchKey: the object vanished since it was read (If-Match on a missing key).
+            if _is_write_conflict(exc) or _error_code(exc) == "NoSuchKey":
+                return False
+            if _error_code(exc) == "NotImplemented" or _status(exc) == 501:
+                raise StorageError(
+                    "S3 server does not support conditional writes (If-Match / "
+                    "If-None-Match), so appends cannot be made safe",
+                    key=key,
+                ) from exc
+            raise _storage_error("put_object", key, exc) from exc
+        except BotoCoreError as exc:
+            raise _storage_error("put_object", key, exc) from exc
+        self._known.put(object_key, body, response.get("ETag"))
+        return True
 
     def _get(self, object_key: str) -> tuple[bytes, str | None]:
         """GET an object and its ETag; a missing object reads as empty with no ETag."""
@@ -219,6 +304,8 @@ class S3TranscriptStore:
         object_key = self._object_key(key)
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": object_key, **self._sse}
         params.update(Body=data, IfNoneMatch="*")
+        # Only a missing key can be written, so whatever was remembered for it is gone.
+        self._known.pop(object_key)
         for attempt in range(self._append_attempts):
             try:
                 await asyncio.to_thread(functools.partial(self._client.put_object, **params))
@@ -293,16 +380,22 @@ class S3TranscriptStore:
     async def _delete_prefix(self, prefix: str) -> int:
         # Objects written after the listing survive; callers delete once writers have stopped.
         object_keys = await self._run("list_objects_v2", prefix, lambda: self._list(prefix))
-        for start in range(0, len(object_keys), _DELETE_BATCH):
-            batch = object_keys[start : start + _DELETE_BATCH]
-            errors = await self._run(
-                "delete_objects", prefix, functools.partial(self._delete_batch, batch)
-            )
-            if errors:
-                shown = "; ".join(errors[:3])
-                raise StorageError(
-                    f"S3 delete_objects failed for {len(errors)} object(s): {shown}", key=prefix
+        try:
+            for start in range(0, len(object_keys), _DELETE_BATCH):
+                batch = object_keys[start : start + _DELETE_BATCH]
+                errors = await self._run(
+                    "delete_objects", prefix, functools.partial(self._delete_batch, batch)
                 )
+                if errors:
+                    shown = "; ".join(errors[:3])
+                    raise StorageError(
+                        f"S3 delete_objects failed for {len(errors)} object(s): {shown}",
+                        key=prefix,
+                    )
+        finally:
+            # Even when a batch failed: a deleted transcript must never be written back from
+            # memory. If-Match would refuse that PUT anyway; this does not rely on it.
+            self._known.discard_prefix(self._object_key(prefix))
         return len(object_keys)
 
     def _delete_batch(self, object_keys: list[str]) -> list[str]:

@@ -22,6 +22,7 @@ from storage.transcripts import (
     TranscriptLine,
     TranscriptStore,
     compaction_key,
+    encode_lines,
     parse_transcript,
     pre_compact_archive_key,
     session_prefix,
@@ -474,13 +475,14 @@ async def test_s3_append_whose_success_was_reported_as_a_conflict_is_not_repeate
     calls = []
 
     def put_then_report_conflict(**params: Any) -> Any:
-        real_put(**params)
+        response = real_put(**params)
         calls.append(params["Key"])
         if len(calls) == 2:
             raise ClientError(
                 {"Error": {"Code": "PreconditionFailed", "Message": "At least one failed"}},
                 "PutObject",
             )
+        return response
 
     monkeypatch.setattr(s3_store._client, "put_object", put_then_report_conflict)
     await s3_store.append_lines(REF, [line(1)])
@@ -488,3 +490,157 @@ async def test_s3_append_whose_success_was_reported_as_a_conflict_is_not_repeate
 
     assert parse_transcript(await s3_store.read(transcript_key(REF))) == [line(1), line(2)]
     assert len(calls) == 2
+
+
+# --- S3: remembering the last written transcript ---------------------------------------------
+
+
+def count_requests(store: S3TranscriptStore) -> dict[str, int]:
+    """Count the S3 operations the store's client sends from now on, by operation name."""
+    counts: dict[str, int] = {}
+
+    def count(model: Any, **_: Any) -> None:
+        counts[model.name] = counts.get(model.name, 0) + 1
+
+    store._client.meta.events.register("before-call.s3.*", count)
+    return counts
+
+
+def s3_stores(s3_endpoint: str, boto_session: Any, bucket: str, n: int) -> list[S3TranscriptStore]:
+    """`n` stores on one bucket, like `n` gateway processes: no lock or memory in common."""
+    return [
+        S3TranscriptStore(bucket, endpoint_url=s3_endpoint, boto_session=boto_session)
+        for _ in range(n)
+    ]
+
+
+async def test_s3_append_after_the_first_is_one_put_and_no_get(
+    s3_store: S3TranscriptStore,
+) -> None:
+    await s3_store.append_lines(REF, [line(1)])
+    requests = count_requests(s3_store)
+
+    await s3_store.append_lines(REF, [line(2)])
+    await s3_store.append_lines(REF, [line(3), line(4)])
+
+    assert requests == {"PutObject": 2}
+    data = await s3_store.read(transcript_key(REF))
+    assert parse_transcript(data) == [line(1), line(2), line(3), line(4)]
+
+
+async def test_s3_two_processes_appending_in_turn_write_every_line_once_in_order(
+    s3_endpoint: str, boto_session: Any, bucket: str
+) -> None:
+    # Each append finds the other store's write since its own last one: its remembered ETag is
+    # stale, the conditional PUT fails, and it must read again rather than drop those lines.
+    stores = s3_stores(s3_endpoint, boto_session, bucket, 2)
+    requests = [count_requests(store) for store in stores]
+    for i in range(8):
+        await stores[i % 2].append_lines(REF, [line(i)])
+
+    assert parse_transcript(await stores[0].read(transcript_key(REF))) == [
+        line(i) for i in range(8)
+    ]
+    # Every append after each store's first was refused once, then read and written.
+    assert requests[0]["PutObject"] == 1 + 2 * 3
+    for store in stores:
+        store.close()
+
+
+@pytest.mark.parametrize("delete", ["session", "user"])
+async def test_s3_append_after_a_delete_through_the_store_starts_a_new_transcript(
+    s3_store: S3TranscriptStore, delete: str
+) -> None:
+    await s3_store.append_lines(REF, [line(1), line(2)])
+    if delete == "session":
+        await s3_store.delete_session(REF)
+    else:
+        await s3_store.delete_user(REF.org_id, REF.user_id)
+    requests = count_requests(s3_store)
+
+    await s3_store.append_lines(REF, [line(3)])
+
+    # The delete made the store forget the transcript: it reads, and no PUT is refused.
+    assert requests == {"GetObject": 1, "PutObject": 1}
+    assert parse_transcript(await s3_store.read(transcript_key(REF))) == [line(3)]
+
+
+async def test_s3_append_after_a_delete_behind_the_stores_back_starts_a_new_transcript(
+    s3_store: S3TranscriptStore, s3_client: Any, bucket: str
+) -> None:
+    # Another process deleted the session: this store still remembers the old bytes and ETag.
+    await s3_store.append_lines(REF, [line(1), line(2)])
+    s3_client.delete_object(Bucket=bucket, Key=transcript_key(REF))
+
+    await s3_store.append_lines(REF, [line(3)])
+
+    assert parse_transcript(await s3_store.read(transcript_key(REF))) == [line(3)]
+
+
+async def test_s3_append_after_an_overwrite_behind_the_stores_back_keeps_the_new_content(
+    s3_store: S3TranscriptStore, s3_client: Any, bucket: str
+) -> None:
+    await s3_store.append_lines(REF, [line(1), line(2)])
+    replaced = (line(7).to_json() + "\n").encode()
+    s3_client.put_object(Bucket=bucket, Key=transcript_key(REF), Body=replaced)
+
+    await s3_store.append_lines(REF, [line(3)])
+
+    assert parse_transcript(await s3_store.read(transcript_key(REF))) == [line(7), line(3)]
+
+
+async def test_s3_remembered_transcripts_stay_within_the_byte_bound(
+    s3_endpoint: str, boto_session: Any, bucket: str
+) -> None:
+    bound = 2000  # room for about a dozen one-line transcripts
+    store = S3TranscriptStore(
+        bucket, endpoint_url=s3_endpoint, boto_session=boto_session, cache_bytes=bound
+    )
+    refs = [SessionRef("acme", "alice", f"s{i}") for i in range(40)]
+    for ref in refs:
+        await store.append_lines(ref, [line(1)])
+        assert store._known.size_bytes <= bound
+    assert store._known.size_bytes > bound - len(encode_lines([line(1)]))
+
+    # The least recently written were forgotten and are read again; the latest were not.
+    requests = count_requests(store)
+    await store.append_lines(refs[-1], [line(2)])
+    assert requests == {"PutObject": 1}
+    await store.append_lines(refs[0], [line(2)])
+    assert requests == {"PutObject": 2, "GetObject": 1}
+    assert store._known.size_bytes <= bound
+    store.close()
+
+
+async def test_s3_a_transcript_bigger_than_the_bound_is_not_remembered(
+    s3_endpoint: str, boto_session: Any, bucket: str
+) -> None:
+    store = S3TranscriptStore(
+        bucket, endpoint_url=s3_endpoint, boto_session=boto_session, cache_bytes=1000
+    )
+    await store.append_lines(SessionRef("acme", "bob", "s1"), [line(1)])
+    await store.append_lines(REF, [line(2, "x" * 1000)])
+    requests = count_requests(store)
+
+    await store.append_lines(REF, [line(3)])
+
+    assert requests == {"GetObject": 1, "PutObject": 1}
+    assert store._known.size_bytes <= 1000
+    # The small transcript was not evicted to make room for one that could never fit.
+    assert store._object_key(transcript_key(SessionRef("acme", "bob", "s1"))) in store._known
+    store.close()
+
+
+async def test_s3_with_no_cache_every_append_reads_first(
+    s3_endpoint: str, boto_session: Any, bucket: str
+) -> None:
+    store = S3TranscriptStore(
+        bucket, endpoint_url=s3_endpoint, boto_session=boto_session, cache_bytes=0
+    )
+    requests = count_requests(store)
+    for i in range(3):
+        await store.append_lines(REF, [line(i)])
+
+    assert requests == {"GetObject": 3, "PutObject": 3}
+    assert store._known.size_bytes == 0
+    store.close()
