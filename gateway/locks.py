@@ -14,7 +14,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppres
 from typing import Any, Protocol
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gateway.log import get_logger
@@ -104,20 +104,30 @@ class PostgresTurnLocks:
             await self._disconnect()
 
     async def _release(self, key: str, number: int) -> None:
+        # False from the server means the lock went with a lost connection: already logged.
         self._held.pop(key, None)
-        if not await self._call(func.pg_advisory_unlock, number):
-            log.warning("turn_lock.not_held_at_release", key=key)
+        await self._call(func.pg_advisory_unlock, number)
 
     async def _call(self, function: Callable[[int], Any], number: int) -> bool:
         async with self._in_use:
-            connection = await self._connected()
             try:
-                return bool(await connection.scalar(select(function(number))))
-            except BaseException:
-                # Lost or cancelled mid-call: the connection's state is unknown (and with it
-                # the server's locks); the next call starts on a new one.
-                await self._disconnect()
-                raise
+                return await self._call_once(function, number)
+            except DBAPIError as exc:
+                if not exc.connection_invalidated:
+                    raise
+            # The connection was lost (a database restart, a terminated backend): once more
+            # on a new one, which takes back the locks still held here first.
+            return await self._call_once(function, number)
+
+    async def _call_once(self, function: Callable[[int], Any], number: int) -> bool:
+        connection = await self._connected()
+        try:
+            return bool(await connection.scalar(select(function(number))))
+        except BaseException:
+            # Failed or cancelled mid-call: the connection's state is unknown (and with it the
+            # server's locks); the next call starts on a new one.
+            await self._disconnect()
+            raise
 
     async def _connected(self) -> AsyncConnection:
         if self._connection is not None and not self._connection.invalidated:

@@ -352,7 +352,7 @@ class SessionsConfig(StrictModel):
     archive_after: Duration = timedelta(hours=24)
     suggest_new_after: Duration = timedelta(hours=8)
     history_budget_tokens: int = Field(default=50_000, gt=0)
-    max_concurrent_turns: int = Field(default=32, ge=1)
+    max_concurrent_turns: int = Field(default=256, ge=1)
     topic_every_messages: int = Field(default=5, ge=1)
     summary_min_user_messages: int = Field(default=5, ge=1)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
