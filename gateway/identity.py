@@ -20,7 +20,6 @@ from gateway.inbox import normalise_identifier
 from gateway.log import get_logger
 from gateway.settings import GatewayConfig, IdentityConfig
 from storage.database import Database
-from storage.errors import StorageError
 from storage.repositories import OrganizationRepository, UserRepository
 
 log = get_logger(__name__)
@@ -74,12 +73,14 @@ async def sync_identities(database: Database, config: GatewayConfig) -> None:
             await users.upsert(
                 user.id, user.org or default_org_id(config), user.name, is_admin=user.admin
             )
-    for user_id, channel_type, external_id in configured_identities(config):
-        try:
-            async with database.session() as session:
-                await UserRepository(session).link_identity(user_id, channel_type, external_id)
-        except StorageError as exc:
-            log.error("identity.conflict", user_id=user_id, channel=channel_type, error=str(exc))
+        conflicts = await users.link_identities(list(configured_identities(config)))
+    for user_id, channel_type, external_id, owner in conflicts:
+        log.error(
+            "identity.conflict",
+            user_id=user_id,
+            channel=channel_type,
+            error=f"{channel_type} identity {external_id!r} already belongs to user {owner!r}",
+        )
     log.info(
         "identity.synced",
         users=len(config.identity.users),

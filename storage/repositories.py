@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -42,6 +42,14 @@ from storage.models import (
 def new_session_id() -> str:
     """A fresh, unguessable session id."""
     return uuid.uuid4().hex
+
+
+# Rows per multi-row statement: well under SQLite's limit of bound parameters.
+_BATCH = 500
+
+
+def _batches(items: Sequence[Any]) -> list[Sequence[Any]]:
+    return [items[start : start + _BATCH] for start in range(0, len(items), _BATCH)]
 
 
 def _insert(session: AsyncSession, table: Any) -> Any:
@@ -128,6 +136,52 @@ class UserRepository:
                 f"{channel_type} identity {external_id!r} already belongs to user "
                 f"{owner.id if owner else '?'!r}"
             )
+
+    async def link_identities(
+        self, identities: Sequence[tuple[str, str, str]]
+    ) -> list[tuple[str, str, str, str]]:
+        """Map many (user id, channel type, external id) at once, in batches.
+
+        Identities already linked to a different user are left as they are (never moved, as
+        in `link_identity`) and returned with their owner: (user id, channel type, external
+        id, owner id).
+        """
+        now = utcnow()
+        for batch in _batches(identities):
+            await self.session.execute(
+                _insert(self.session, UserChannelIdentity)
+                .values(
+                    [
+                        {
+                            "user_id": user_id,
+                            "channel_type": channel_type,
+                            "external_id": external_id,
+                            "created_at": now,
+                        }
+                        for user_id, channel_type, external_id in batch
+                    ]
+                )
+                .on_conflict_do_nothing(index_elements=["channel_type", "external_id"])
+            )
+        owners: dict[tuple[str, str], str] = {}
+        for batch in _batches(identities):
+            result = await self.session.execute(
+                select(
+                    UserChannelIdentity.channel_type,
+                    UserChannelIdentity.external_id,
+                    UserChannelIdentity.user_id,
+                ).where(
+                    tuple_(UserChannelIdentity.channel_type, UserChannelIdentity.external_id).in_(
+                        [(channel_type, external_id) for _, channel_type, external_id in batch]
+                    )
+                )
+            )
+            owners.update({(row[0], row[1]): row[2] for row in result})
+        return [
+            (user_id, channel_type, external_id, owners.get((channel_type, external_id), "?"))
+            for user_id, channel_type, external_id in identities
+            if owners.get((channel_type, external_id)) != user_id
+        ]
 
     async def unlink_identity(self, user_id: str, channel_type: str, external_id: str) -> bool:
         """Remove the user's identity (channel type, external id); False if they had none."""
