@@ -13,8 +13,15 @@ import pytest
 import yaml
 from aiohttp import web
 from starlette.applications import Starlette
+from structlog.testing import capture_logs
 
-from channels.base import AcceptResult, ChannelMessage, ChannelType, OutboundMessage
+from channels.base import (
+    AcceptResult,
+    ChannelMessage,
+    ChannelType,
+    FileToSend,
+    OutboundMessage,
+)
 from channels.slack import SlackChannel, SlackSettings
 from channels.slack_parse import SHORTCUT_CALLBACK_ID
 from storage.errors import ChannelAuthError, DeliveryError, StorageError
@@ -187,6 +194,58 @@ async def test_a_reply_slack_refuses_for_good_is_a_permanent_failure(
     with pytest.raises(DeliveryError) as failure:
         await channel.send(reply)
     assert failure.value.permanent
+
+
+def export_reply(conversation: str) -> OutboundMessage:
+    """A reply carrying a session export, addressed to `conversation` in a thread."""
+    return OutboundMessage(
+        message_id=f"out-export-{conversation}",
+        channel_type=ChannelType.SLACK,
+        channel_id=conversation,
+        content="Your export is attached.",
+        thread_id="1700000300.1",
+        reply_context={"channel": conversation, "thread_ts": "1700000300.1"},
+        file=FileToSend("session-export.json", "application/json", '{"messages": []}'),
+    )
+
+
+@pytest.mark.parametrize("conversation", ["C0001", "G0001"])
+async def test_a_reply_with_a_file_to_a_shared_conversation_is_refused_before_anything_is_posted(
+    served: tuple[SlackChannel, RecordingInbox], slack_api: FakeSlackAPI, conversation: str
+) -> None:
+    channel, _inbox = served
+    reply = export_reply(conversation)
+    with capture_logs() as logged, pytest.raises(DeliveryError) as failure:
+        await channel.send(reply)
+
+    assert failure.value.permanent
+    assert "session-export.json" in str(failure.value)
+    methods = [call.method for call in slack_api.calls]
+    assert "chat.postMessage" not in methods
+    assert not [method for method in methods if method.startswith("files.")]
+    assert slack_api.uploads == {}
+    (refusal,) = [line for line in logged if line["event"] == "slack.file_refused"]
+    assert refusal["channel"] == conversation
+    assert refusal["reply_id"] == reply.message_id
+
+
+async def test_a_reply_with_a_file_to_a_direct_message_posts_the_text_and_uploads_the_file(
+    served: tuple[SlackChannel, RecordingInbox], slack_api: FakeSlackAPI
+) -> None:
+    channel, _inbox = served
+    with capture_logs() as logged:
+        receipt = await channel.send(export_reply("D0001"))
+
+    (post,) = slack_api.posts("D0001")
+    assert post["text"] == "Your export is attached."
+    assert post["thread_ts"] == "1700000300.1"
+    assert receipt.platform_message_id == post["ts"]
+    (upload,) = slack_api.uploads.values()
+    assert upload["channel"] == "D0001"
+    assert upload["thread_ts"] == "1700000300.1"
+    assert upload["filename"] == "session-export.json"
+    assert upload["content"] == '{"messages": []}'
+    assert not [line for line in logged if line["event"] == "slack.file_refused"]
 
 
 async def test_socket_mode_receives_an_event_and_acknowledges_it_after_the_inbox(
