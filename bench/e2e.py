@@ -33,17 +33,17 @@ before and after the load) and the ratio of the gateway's messages/s to it, so t
 machines of other speeds, or busy with other work, stay comparable; every process's CPU
 during the load and PostgreSQL's work per message.
 
-    .venv/bin/python bench/e2e.py --messages 2000                     # closed loop, 0 ms LLM
-    .venv/bin/python bench/e2e.py --messages 900 --rate 15 --timeout 60
-    .venv/bin/python bench/e2e.py --users 10000 --llm-latency 2 --rate 8 --messages 720
-    .venv/bin/python bench/e2e.py --users 10000 --llm-latency 2 --rate 18 --messages 1080 \\
-        --set sessions.max_concurrent_turns=64 --set storage.pool_size=1
-    .venv/bin/python bench/e2e.py --messages 1000 --profile /tmp/gateway.prof
+    .venv/bin/python bench/e2e.py --messages 3000                     # closed loop, 0 ms LLM
+    .venv/bin/python bench/e2e.py --messages 1200 --rate 20
+    .venv/bin/python bench/e2e.py --users 10000 --llm-latency 2 --rate 20 --messages 1200 \\
+        --set sessions.max_concurrent_turns=1000
+    .venv/bin/python bench/e2e.py --messages 2000 --profile /tmp/gateway.json
+    .venv/bin/python bench/e2e.py --messages 600 --logs /tmp/logs --set logging.level=info
 
-`--profile` attaches py-spy to the gateway for the run (warm-up included) when py-spy is
-installed, else runs the gateway under cProfile (about half as fast) and adds its top functions
-to the JSON. Exit code 1 when a message was lost or answered twice, 2 when the benchmark could
-not run.
+`--profile` attaches py-spy (a dev dependency) to the gateway for the run (warm-up included)
+and writes speedscope JSON; without py-spy it runs the gateway under cProfile (about half as
+fast) and adds its top functions to the JSON. `--logs DIR` copies every process's log there.
+Exit code 1 when a message was lost or answered twice, 2 when the benchmark could not run.
 """
 
 from __future__ import annotations
