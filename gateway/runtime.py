@@ -28,7 +28,8 @@ from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxFeed, OutboxSender, SentReplies
 from gateway.router import RoutingPolicy, SessionThreads
 from gateway.settings import GatewayConfig, TranscriptsConfig
-from gateway.turns import TURN_DB_SLOTS, TurnProcessor, TurnSettings
+from gateway.turns import TurnProcessor, TurnSettings
+from gateway.work_slots import WORK_SLOTS, WaitingLLM, WorkSlots
 from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import EngineSettings, RecallSettings, SessionEngine
@@ -284,11 +285,11 @@ class GatewayRuntime:
         """Open the database (migrating it when `storage.auto_migrate`), the store, the users."""
         database = Database(
             config.storage.database_url,
-            # Turns use a connection only while they read or write (never while the model
-            # answers), at most TURN_DB_SLOTS at once; the rest is for acknowledgements, the
-            # outbox and the jobs, plus the turn locks' own connection. Connections are kept
-            # open, as opening one per message would cost more than the work.
-            pool_size=config.storage.pool_size + TURN_DB_SLOTS + 1,
+            # Turns use a connection only while they work (never while the model answers), at
+            # most WORK_SLOTS at once; the rest is for acknowledgements, the outbox and the
+            # jobs, plus the turn locks' own connection. Connections are kept open, as opening
+            # one per message would cost more than the work.
+            pool_size=config.storage.pool_size + WORK_SLOTS + 1,
             max_overflow=config.storage.pool_size,
         )
         try:
@@ -339,11 +340,12 @@ class GatewayRuntime:
         locks = turn_locks_for(database)
         adapters: dict[ChannelType, ChannelAdapter] = {}
         outbox = OutboxSender(database, adapters, metrics, clock=clock)
+        work_slots = WorkSlots()
         engine = open_engine(
             config,
             database,
             transcripts,
-            open_llm(config),
+            WaitingLLM(open_llm(config), work_slots),
             clock,
             on_archive_failed=metrics.archive_failures.inc,
         )
@@ -361,6 +363,7 @@ class GatewayRuntime:
             clock=clock,
             send_reply=outbox.send_now,
             reply_lease=outbox.policy.lease,
+            work_slots=work_slots,
             find_referenced=_reference_finder(database)
             if config.recall.resume_by_reference
             else None,

@@ -12,7 +12,6 @@ A restart repeats only what did not commit: step 1 is skipped when the event has
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import time
@@ -30,6 +29,7 @@ from gateway.log import bind_turn_context, clear_turn_context, get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import ATTACHMENT_KEY
 from gateway.router import RoutingPolicy, resolve_session
+from gateway.work_slots import WorkSlots
 from sessions.engine import SessionEngine
 from sessions.llm import estimate_tokens
 from storage.database import Database
@@ -57,9 +57,6 @@ FAILURE_APOLOGY_TEXT = (
     "Sorry, something went wrong while handling your message. The team has been notified."
 )
 REJECTION_INTERVAL = timedelta(hours=1)
-# Turns wait for the model concurrently, but read and write the database at most this many at
-# a time: the connection pool is sized for it (see `GatewayRuntime.start`).
-TURN_DB_SLOTS = 16
 MAX_ATTEMPTS = 3
 
 
@@ -94,6 +91,7 @@ class TurnProcessor:
         clock: Callable[[], datetime],
         send_reply: Callable[[OutboundRow], None],
         reply_lease: timedelta,
+        work_slots: WorkSlots,
         find_referenced: Callable[[str, str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.database = database
@@ -101,7 +99,9 @@ class TurnProcessor:
         self.find_referenced = find_referenced
         self.transcripts = transcripts
         self.engine = engine
-        self._db_slots = asyncio.Semaphore(TURN_DB_SLOTS)
+        # Turns wait for the model concurrently but work (read and write the database, build
+        # the context) a few at a time; the pool is sized for it (`GatewayRuntime.start`).
+        self.work_slots = work_slots
         self.metrics = metrics
         self.settings = settings
         self.clock = clock
@@ -121,14 +121,16 @@ class TurnProcessor:
         bind_turn_context(user_id=user.user_id, channel=message.channel_type.value)
         started = time.perf_counter()
         try:
-            await self._answer(event, message, user)
-        except Exception as exc:  # noqa: BLE001
-            # The boundary of one unit of work: whatever a turn fails with (a bug included) is
-            # logged with its traceback and counted; after MAX_ATTEMPTS the user gets an apology
-            # and the queue moves on, so one poisoned message can never wedge a user's queue.
-            return await self._record_failure(event, message, user, exc)
-        else:
-            return True
+            async with self.work_slots.working():
+                try:
+                    await self._answer(event, message, user)
+                except Exception as exc:  # noqa: BLE001
+                    # The boundary of one unit of work: whatever a turn fails with (a bug
+                    # included) is logged with its traceback and counted; after MAX_ATTEMPTS the
+                    # user gets an apology and the queue moves on, so one poisoned message can
+                    # never wedge a user's queue.
+                    return await self._record_failure(event, message, user, exc)
+                return True
         finally:
             clear_turn_context()
             self.metrics.turn_latency.observe(time.perf_counter() - started)
@@ -170,8 +172,7 @@ class TurnProcessor:
         if command is not None and event.appended_seq is None:
             await self._run_command(event, message, user, command)
             return
-        async with self._db_slots:
-            session_id, org_id = await self._append_user_message(event, message, user)
+        session_id, org_id = await self._append_user_message(event, message, user)
         bind_turn_context(session_id=session_id)
         started = time.perf_counter()
         try:
@@ -194,7 +195,7 @@ class TurnProcessor:
             )
         now = self.clock()
         reply_id = new_outbound_id()
-        async with self._db_slots, self.database.session() as db:
+        async with self.database.session() as db:
             sessions = SessionRepository(db)
             stored = []
             for position, produced in enumerate(outcome.messages):
@@ -434,7 +435,8 @@ class TurnProcessor:
         # The database is the record; the transcript file is its mirror for archives and
         # exports, rebuilt from the database at PreCompact time, so a failure here only logs.
         try:
-            await self.transcripts.append_lines(ref, lines)
+            async with self.work_slots.waiting():
+                await self.transcripts.append_lines(ref, lines)
         except StorageError as exc:
             log.warning("transcript.append_failed", error=str(exc))
 

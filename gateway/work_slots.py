@@ -1,0 +1,85 @@
+"""Work slots: how many turns may work at once, not counting their waits for the model.
+
+A process runs many turns concurrently, but most of a turn's life is waiting for the model; the
+rest (database reads and writes, building the context, the transcript) takes the event loop's
+CPU, which the acknowledgements of new messages need too. A turn works inside
+`WorkSlots.working()` and gives its slot up while it waits (`waiting()`, which `WaitingLLM`
+applies to every model call), so at most `size` turns compete with accepting at any moment,
+however many are waiting for answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from sessions.llm import LLMClient, LLMRequest, LLMResponse
+
+WORK_SLOTS = 8
+
+
+@dataclass(slots=True)
+class _Holding:
+    held: bool = True
+
+
+class WorkSlots:
+    """A semaphore whose holder can step aside while it waits on something else."""
+
+    def __init__(self, size: int = WORK_SLOTS) -> None:
+        self.size = size
+        self._slots = asyncio.Semaphore(size)
+        self._current: ContextVar[_Holding | None] = ContextVar("work_slot", default=None)
+
+    @asynccontextmanager
+    async def working(self) -> AsyncIterator[None]:
+        """Hold a slot for the block (the task's own work)."""
+        await self._slots.acquire()
+        holding = _Holding()
+        token = self._current.set(holding)
+        try:
+            yield
+        finally:
+            self._current.reset(token)
+            if holding.held:
+                self._slots.release()
+
+    @asynccontextmanager
+    async def waiting(self) -> AsyncIterator[None]:
+        """Give the slot up for the block (a wait), and take one again after it.
+
+        Outside `working()` (a background job's model call) it does nothing.
+        """
+        holding = self._current.get()
+        if holding is None or not holding.held:
+            yield
+            return
+        holding.held = False
+        self._slots.release()
+        try:
+            yield
+        finally:
+            # Cancelled while taking it back: not held, so `working()` releases nothing.
+            await self._slots.acquire()
+            holding.held = True
+
+
+class WaitingLLM:
+    """A model client whose calls give up the caller's work slot while they wait."""
+
+    def __init__(self, llm: LLMClient, slots: WorkSlots) -> None:
+        self.inner = llm
+        self.slots = slots
+        self.name = llm.name
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """The inner client's answer, waited for without a work slot."""
+        async with self.slots.waiting():
+            return await self.inner.complete(request)
+
+    async def close(self) -> None:
+        """Close the inner client."""
+        await self.inner.close()
