@@ -20,7 +20,7 @@ from gateway.inbox import normalise_identifier
 from gateway.log import get_logger
 from gateway.settings import GatewayConfig, IdentityConfig
 from storage.database import Database
-from storage.repositories import OrganizationRepository, UserRepository
+from storage.repositories import OrganizationRepository, UserRepository, identity_conflict
 
 log = get_logger(__name__)
 
@@ -75,12 +75,8 @@ async def sync_identities(database: Database, config: GatewayConfig) -> None:
             )
         conflicts = await users.link_identities(list(configured_identities(config)))
     for user_id, channel_type, external_id, owner in conflicts:
-        log.error(
-            "identity.conflict",
-            user_id=user_id,
-            channel=channel_type,
-            error=f"{channel_type} identity {external_id!r} already belongs to user {owner!r}",
-        )
+        error = identity_conflict(channel_type, external_id, owner)
+        log.error("identity.conflict", user_id=user_id, channel=channel_type, error=error)
     log.info(
         "identity.synced",
         users=len(config.identity.users),

@@ -58,26 +58,7 @@ async def find_session(
     now: datetime,
 ) -> Route | None:
     """The session the message continues, without creating one (None: it would be new)."""
-    sessions = SessionRepository(session)
-    channel = message.channel_type.value
-    owner = await sessions.find_by_thread(channel, message.channel_id, message.thread_id)
-    thread_taken = owner is not None and owner.user_id != user.user_id
-    for candidate, reason in (
-        (owner, "thread"),
-        (await _session_replied_to(session, message), "reply"),
-    ):
-        if candidate is not None and candidate.user_id == user.user_id:
-            reactivated = _reactivate(candidate, now=now, reason=reason)
-            return Route(candidate, reason, reactivated)  # type: ignore[arg-type]
-    scope_channel = channel if policy.scope == "channel" else None
-    active = await sessions.find_latest_active(user.user_id, scope_channel=scope_channel)
-    if active is None:
-        return None
-    if now - active.last_active_at > policy.archive_after:
-        if active.status == SessionStatus.ACTIVE.value:
-            transition(active, SessionStatus.ARCHIVED, at=now, reason="idle")
-        return None
-    return Route(active, "active", thread_taken=thread_taken)
+    return (await _continued(session, user, message, policy, now=now))[0]
 
 
 async def resolve_session(
@@ -94,15 +75,9 @@ async def resolve_session(
     `referenced` names an archived session the message clearly continues (found by recall,
     with `recall.resume_by_reference`); it is used only when nothing else claims the message.
     """
-    found = await find_session(session, user, message, policy, now=now)
+    found, thread_taken = await _continued(session, user, message, policy, now=now)
     if found is not None:
         return found
-    thread_taken = bool(message.thread_id) and (
-        await SessionRepository(session).find_by_thread(
-            message.channel_type.value, message.channel_id, message.thread_id
-        )
-        is not None
-    )
     scope_channel = message.channel_type.value if policy.scope == "channel" else None
     if referenced is not None:
         candidate = await SessionRepository(session).get(referenced, for_update=True)
@@ -120,6 +95,36 @@ async def resolve_session(
     )
     log.info("session.created", session_id=created.id, user_id=user.user_id)
     return Route(created, "new", thread_taken=thread_taken)
+
+
+async def _continued(
+    session: AsyncSession,
+    user: ResolvedUser,
+    message: ChannelMessage,
+    policy: RoutingPolicy,
+    *,
+    now: datetime,
+) -> tuple[Route | None, bool]:
+    """The route of a continued session (None: it would be new), and whether the message's
+    thread belongs to another user's session."""
+    sessions = SessionRepository(session)
+    channel = message.channel_type.value
+    owner = await sessions.find_by_thread(channel, message.channel_id, message.thread_id)
+    thread_taken = owner is not None and owner.user_id != user.user_id
+    replied_to = await _session_replied_to(session, message)
+    for candidate, reason in ((owner, "thread"), (replied_to, "reply")):
+        if candidate is not None and candidate.user_id == user.user_id:
+            reactivated = _reactivate(candidate, now=now, reason=reason)
+            return Route(candidate, reason, reactivated), False  # type: ignore[arg-type]
+    scope_channel = channel if policy.scope == "channel" else None
+    active = await sessions.find_latest_active(user.user_id, scope_channel=scope_channel)
+    if active is None:
+        return None, thread_taken
+    if now - active.last_active_at > policy.archive_after:
+        if active.status == SessionStatus.ACTIVE.value:
+            transition(active, SessionStatus.ARCHIVED, at=now, reason="idle")
+        return None, thread_taken
+    return Route(active, "active", thread_taken=thread_taken), thread_taken
 
 
 async def _session_replied_to(session: AsyncSession, message: ChannelMessage) -> Session | None:

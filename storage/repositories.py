@@ -44,6 +44,11 @@ def new_session_id() -> str:
     return uuid.uuid4().hex
 
 
+def identity_conflict(channel_type: str, external_id: str, owner: str) -> str:
+    """Why an identity could not be linked: another user has it."""
+    return f"{channel_type} identity {external_id!r} already belongs to user {owner!r}"
+
+
 # Rows per multi-row statement: well under SQLite's limit of bound parameters.
 _BATCH = 500
 
@@ -121,21 +126,9 @@ class UserRepository:
         An identity already linked to a different user is an error, never silently moved: that
         would hand one person's conversations to another.
         """
-        statement = _insert(self.session, UserChannelIdentity).values(
-            user_id=user_id,
-            channel_type=channel_type,
-            external_id=external_id,
-            created_at=utcnow(),
-        )
-        await self.session.execute(
-            statement.on_conflict_do_nothing(index_elements=["channel_type", "external_id"])
-        )
-        owner = await self.find_by_identity(channel_type, external_id)
-        if owner is None or owner.id != user_id:
-            raise StorageError(
-                f"{channel_type} identity {external_id!r} already belongs to user "
-                f"{owner.id if owner else '?'!r}"
-            )
+        conflicts = await self.link_identities([(user_id, channel_type, external_id)])
+        if conflicts:
+            raise StorageError(identity_conflict(*conflicts[0][1:]))
 
     async def link_identities(
         self, identities: Sequence[tuple[str, str, str]]

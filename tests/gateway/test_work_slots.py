@@ -8,8 +8,8 @@ from gateway.work_slots import WaitingLLM, WorkSlots
 from sessions.llm import LLMMessage, LLMRequest, LLMResponse, OfflineLLM
 
 
-async def test_no_more_than_the_slots_work_at_once() -> None:
-    slots = WorkSlots(2)
+async def most_working_at_once(slots: WorkSlots, turns: int) -> int:
+    """Run `turns` turns that each work briefly; the most that were at work at once."""
     working = 0
     most = 0
 
@@ -21,8 +21,12 @@ async def test_no_more_than_the_slots_work_at_once() -> None:
             await asyncio.sleep(0.01)
             working -= 1
 
-    await asyncio.gather(*(turn() for _ in range(10)))
-    assert most == 2
+    await asyncio.gather(*(turn() for _ in range(turns)))
+    return most
+
+
+async def test_no_more_than_the_slots_work_at_once() -> None:
+    assert await most_working_at_once(WorkSlots(2), 10) == 2
 
 
 async def test_turns_waiting_for_the_model_do_not_hold_a_slot() -> None:
@@ -67,20 +71,8 @@ async def test_a_turn_cancelled_while_taking_its_slot_back_releases_nothing_twic
         assert not task.done()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    # Exactly one slot exists: two holders at once would mean it was released twice.
-    inside = 0
-    most = 0
-
-    async def holder() -> None:
-        nonlocal inside, most
-        async with slots.working():
-            inside += 1
-            most = max(most, inside)
-            await asyncio.sleep(0.01)
-            inside -= 1
-
-    await asyncio.gather(holder(), holder(), holder())
-    assert most == 1
+    # Exactly one slot exists: two at work at once would mean it was released twice.
+    assert await most_working_at_once(slots, 3) == 1
 
 
 async def test_model_calls_outside_a_turn_pass_through() -> None:
