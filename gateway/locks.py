@@ -154,10 +154,13 @@ class PostgresTurnLocks:
         return connection
 
     async def _disconnect(self) -> None:
+        # Invalidated, not returned to the pool: closing the database connection is what
+        # releases whatever advisory locks it still holds.
         connection, self._connection = self._connection, None
         if connection is not None:
             with suppress(SQLAlchemyError, OSError):
                 await connection.invalidate()
+                await connection.close()
 
 
 def turn_locks_for(database: Database) -> TurnLocks:
