@@ -65,6 +65,7 @@ from benchkit import BenchError, progress, throwaway_database
 from sqlalchemy import insert, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from errors import StorageError
 from gateway.runtime import open_engine
 from gateway.settings import GatewayConfig
 from sessions.compaction import CompactionPolicy, split_point
@@ -74,7 +75,6 @@ from sessions.lifecycle import transition
 from sessions.llm import OfflineLLM, estimate_tokens
 from sessions.memory import MemoryFact
 from storage.database import Database
-from storage.errors import StorageError
 from storage.models import (
     Session,
     SessionChannel,

@@ -47,10 +47,10 @@ from benchkit import BenchError, progress, throwaway_database
 from sqlalchemy import insert, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from errors import StorageError
 from gateway.log import configure_logging
 from sessions.recall import RecallSearch
 from storage.database import Database
-from storage.errors import StorageError
 from storage.models import Session, SessionMessage, SessionSummary
 from storage.repositories import OrganizationRepository, UserRepository
 

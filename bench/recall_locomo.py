@@ -46,11 +46,11 @@ import psycopg
 from benchkit import BenchError, progress, throwaway_database
 from sqlalchemy.exc import SQLAlchemyError
 
+from errors import StorageError
 from gateway.log import configure_logging
 from sessions.lifecycle import transition
 from sessions.recall import RecallOptions, RecallSearch
 from storage.database import Database
-from storage.errors import StorageError
 from storage.models import SessionStatus, SessionSummary
 from storage.repositories import (
     OrganizationRepository,

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from storage.errors import ChannelPayloadError
+from errors import ChannelPayloadError
 
 
 class ChannelType(StrEnum):

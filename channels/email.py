@@ -49,7 +49,7 @@ from channels.email_guard import SenderRateLimit, unanswerable_reason
 from channels.email_headers import read_headers
 from channels.email_outbound import SmtpRelay, compose_reply, deliver, domain_of
 from channels.email_parse import parse_email, references_of
-from storage.errors import ChannelPayloadError, StorageError
+from errors import ChannelPayloadError, StorageError
 
 __all__ = ["EmailChannel", "EmailSettings", "SentMessages", "parse_email"]
 

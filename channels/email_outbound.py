@@ -23,7 +23,7 @@ import aiosmtplib
 
 from channels.base import OutboundMessage
 from channels.email_headers import normalize_id
-from storage.errors import DeliveryError
+from errors import DeliveryError
 
 MAX_REFERENCES = 20
 SEND_TIMEOUT = 30.0

@@ -34,7 +34,7 @@ from channels.email_forward import read_forward
 from channels.email_headers import normalize_id
 from channels.email_html import HtmlError, html_to_text
 from channels.email_quote import strip_reply
-from storage.errors import ChannelPayloadError
+from errors import ChannelPayloadError
 
 __all__ = ["MailText", "normalize_id", "parse_email", "references_of"]
 

@@ -43,7 +43,7 @@ from channels.base import (
 )
 from channels.slack_format import markdown_to_mrkdwn, split_for_slack
 from channels.slack_parse import SHORTCUT_CALLBACK_ID, parse_slack_event, parse_slack_shortcut
-from storage.errors import ChannelAuthError, ChannelPayloadError, DeliveryError, StorageError
+from errors import ChannelAuthError, ChannelPayloadError, DeliveryError, StorageError
 
 log = structlog.stdlib.get_logger(__name__)
 

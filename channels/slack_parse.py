@@ -17,7 +17,7 @@ from typing import Any
 
 from channels.base import Attachment, ChannelMessage, ChannelType, ForwardedContent
 from channels.slack_format import slack_text
-from storage.errors import ChannelPayloadError
+from errors import ChannelPayloadError
 
 SHORTCUT_CALLBACK_ID = "send_to_assistant"  # config/slack-app-manifest.yaml declares it
 IGNORED_SUBTYPES = frozenset(

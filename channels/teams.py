@@ -61,11 +61,12 @@ from channels.teams_auth import (
     SigningKeysUnavailableError,
     TeamsCredentialsFactory,
 )
-from storage.errors import (
+from errors import (
     ChannelAuthError,
     ChannelPayloadError,
     ConfigError,
     DeliveryError,
+    RejectedRequestError,
     StorageError,
 )
 
@@ -100,13 +101,6 @@ class TeamsSettings:
     token_issuer: str = BOT_FRAMEWORK_ISSUER
     oauth_scope: str = DEFAULT_SCOPE
     request_timeout: float = 30.0
-
-
-class _Refusal(Exception):  # noqa: N818  (an HTTP answer, not an error of the program)
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 class TeamsChannel:
@@ -164,10 +158,10 @@ class TeamsChannel:
             activity = await _activity_body(request)
             await self._authenticate(request, activity)
         except SigningKeysUnavailableError as exc:
-            return self._refuse(_Refusal(503, str(exc)), "teams.rejected")
+            return self._refuse(RejectedRequestError(503, str(exc)), "teams.rejected")
         except ChannelAuthError as exc:
-            return self._refuse(_Refusal(401, str(exc)), "teams.auth_rejected")
-        except _Refusal as exc:
+            return self._refuse(RejectedRequestError(401, str(exc)), "teams.auth_rejected")
+        except RejectedRequestError as exc:
             return self._refuse(exc, "teams.rejected")
         return await self._handle(activity)
 
@@ -208,10 +202,12 @@ class TeamsChannel:
                 else parse_teams_activity(activity, bot_id=bot_id, received_at=self.clock())
             )
         except ChannelPayloadError as exc:
-            return self._refuse(_Refusal(400, str(exc)))
+            return self._refuse(RejectedRequestError(400, str(exc)))
         except (TypeError, ValueError, AttributeError, OverflowError) as exc:
             # A field of the wrong shape somewhere in the activity.
-            return self._refuse(_Refusal(400, f"malformed activity: {type(exc).__name__}: {exc}"))
+            return self._refuse(
+                RejectedRequestError(400, f"malformed activity: {type(exc).__name__}: {exc}")
+            )
         if reference is not None:
             await self._reply_quietly(reference, "", WELCOME_TEXT)
             return Response(status_code=200)
@@ -237,7 +233,9 @@ class TeamsChannel:
         try:
             result = await self.inbox.accept(message)
         except StorageError as exc:
-            return self._refuse(_Refusal(503, f"the message could not be stored: {exc}"))
+            return self._refuse(
+                RejectedRequestError(503, f"the message could not be stored: {exc}")
+            )
         log.info("teams.accepted", message_id=message.message_id, duplicate=not result.accepted)
         return Response(status_code=200)
 
@@ -304,7 +302,7 @@ class TeamsChannel:
             )
         return DeliveryError(message, permanent=status in _PERMANENT_STATUSES)
 
-    def _refuse(self, refusal: _Refusal, event: str = "teams.rejected") -> Response:
+    def _refuse(self, refusal: RejectedRequestError, event: str = "teams.rejected") -> Response:
         self._log_refusal(refusal.status, refusal.reason, event)
         return JSONResponse({"error": refusal.reason}, status_code=refusal.status)
 
@@ -324,20 +322,20 @@ async def _activity_body(request: Request) -> dict[str, Any]:
     """The activity JSON; refuses what is too large or not an activity at all."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise _Refusal(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+        raise RejectedRequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
     raw = await request.body()
     if len(raw) > MAX_BODY_BYTES:
-        raise _Refusal(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+        raise RejectedRequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
     try:
         body = parse_json(raw)
     except ChannelPayloadError as exc:
-        raise _Refusal(400, str(exc)) from exc
+        raise RejectedRequestError(400, str(exc)) from exc
     if not isinstance(body, dict):
-        raise _Refusal(400, "the body must be a JSON object (an activity)")
+        raise RejectedRequestError(400, "the body must be a JSON object (an activity)")
     # Authentication needs these two; without serviceUrl the SDK would skip its claim check.
     for field in ("type", "channelId", "serviceUrl"):
         if not isinstance(body.get(field), str) or not body[field]:
-            raise _Refusal(400, f"an activity needs '{field}'")
+            raise RejectedRequestError(400, f"an activity needs '{field}'")
     return body
 
 

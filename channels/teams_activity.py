@@ -25,7 +25,7 @@ from typing import Any
 from inscriptis import get_text  # type: ignore[import-untyped]  # (no type information)
 
 from channels.base import Attachment, ChannelMessage, ChannelType
-from storage.errors import ChannelPayloadError
+from errors import ChannelPayloadError
 
 REPLY_CHAIN_MARKER = ";messageid="
 BOT_ID_PREFIX = "28:"  # Teams spells a bot's account id as 28:<app id>

@@ -43,7 +43,7 @@ from botframework.connector.auth import (  # type: ignore[import-untyped]
 )
 from jwt.algorithms import RSAAlgorithm
 
-from storage.errors import ChannelAuthError, DeliveryError
+from errors import ChannelAuthError, DeliveryError
 
 log = structlog.stdlib.get_logger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from storage.errors import ConfigError
+from errors import ConfigError
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "config" / "teams"
 ICON_SIZES = {"color.png": 192, "outline.png": 32}

@@ -32,7 +32,7 @@ from channels.base import (
     OutboundMessage,
     parse_json,
 )
-from storage.errors import ChannelAuthError, ChannelPayloadError, StorageError
+from errors import ChannelAuthError, ChannelPayloadError, RejectedRequestError, StorageError
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -69,15 +69,6 @@ class ExportReader(Protocol):
         ...
 
 
-class WebRejection(Exception):  # noqa: N818 (an HTTP answer, not an error of the program)
-    """A request the API refuses, with the HTTP status and the reason given to the caller."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
 def namespaced_id(user_id: str, message_id: str) -> str:
     """Web message ids are chosen by clients: scope them to the user so users never collide."""
     return f"{user_id}:{message_id}"
@@ -98,7 +89,7 @@ def parse_web_message(
     if not isinstance(text, str) or not text.strip():
         raise ChannelPayloadError("'text' must be a non-empty string")
     if len(text) > max_text_chars:
-        raise WebRejection(413, f"'text' is longer than {max_text_chars} characters")
+        raise RejectedRequestError(413, f"'text' is longer than {max_text_chars} characters")
     thread_id = _optional_id(body, "thread_id")
     message_id = _optional_id(body, "message_id") or uuid.uuid4().hex
     return ChannelMessage(
@@ -170,11 +161,11 @@ class WebChannel:
                 body, user_id=user_id, now=self.clock(), max_text_chars=self.settings.max_text_chars
             )
             result = await self.inbox.accept(message)
-        except (WebRejection, ChannelPayloadError, ChannelAuthError) as exc:
+        except (RejectedRequestError, ChannelPayloadError, ChannelAuthError) as exc:
             return self._reject(request, exc)
         except StorageError as exc:
             return self._reject(
-                request, WebRejection(503, f"the message could not be stored: {exc}")
+                request, RejectedRequestError(503, f"the message could not be stored: {exc}")
             )
         client_id = str(message.reply_context["client_message_id"])
         return JSONResponse(
@@ -187,7 +178,7 @@ class WebChannel:
             user_id = self._authenticate(request, request.query_params.get("user"))
             after = _cursor(request.query_params.get("after"))
             limit = _limit(request.query_params.get("limit"))
-        except (WebRejection, ChannelPayloadError, ChannelAuthError) as exc:
+        except (RejectedRequestError, ChannelPayloadError, ChannelAuthError) as exc:
             return self._reject(request, exc)
         messages, cursor = await self.feed.replies(user_id, after=after, limit=limit)
         return JSONResponse({"messages": messages, "cursor": str(cursor)})
@@ -197,7 +188,9 @@ class WebChannel:
         token = request.path_params["token"]
         data = await self.exports.export(token) if len(token) <= 100 else None
         if data is None:
-            return self._reject(request, WebRejection(404, "unknown or expired export link"))
+            return self._reject(
+                request, RejectedRequestError(404, "unknown or expired export link")
+            )
         return JSONResponse(
             data,
             headers={
@@ -215,16 +208,16 @@ class WebChannel:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if header and (scheme.lower() != "bearer" or not token.strip()):
-            raise WebRejection(401, "Authorization must be 'Bearer <token>'")
+            raise RejectedRequestError(401, "Authorization must be 'Bearer <token>'")
         if token.strip():
             user_id = self._user_of_token(token.strip())
             if user_id is None:
-                raise WebRejection(401, "unknown token")
+                raise RejectedRequestError(401, "unknown token")
             if claimed_user not in (None, "", user_id):
-                raise WebRejection(403, "the token belongs to another user")
+                raise RejectedRequestError(403, "the token belongs to another user")
             return user_id
         if not self.settings.dev_open:
-            raise WebRejection(401, "missing bearer token")
+            raise RejectedRequestError(401, "missing bearer token")
         if not isinstance(claimed_user, str) or not USER_PATTERN.fullmatch(claimed_user):
             raise ChannelPayloadError("'user' must name the user (letters, digits, . _ @ + -)")
         return claimed_user
@@ -238,8 +231,8 @@ class WebChannel:
         return found
 
     def _reject(self, request: Request, exc: Exception) -> Response:
-        status = exc.status if isinstance(exc, WebRejection) else 400
-        reason = exc.reason if isinstance(exc, WebRejection) else str(exc)
+        status = exc.status if isinstance(exc, RejectedRequestError) else 400
+        reason = exc.reason if isinstance(exc, RejectedRequestError) else str(exc)
         route = request.scope.get("route")
         log.warning(
             "web.rejected",
@@ -256,10 +249,10 @@ class WebChannel:
 async def _json_object(request: Request) -> dict[str, Any]:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise WebRejection(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+        raise RejectedRequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
     raw = await request.body()
     if len(raw) > MAX_BODY_BYTES:
-        raise WebRejection(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+        raise RejectedRequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise ChannelPayloadError("the body must be a JSON object")

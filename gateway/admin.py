@@ -20,12 +20,12 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from errors import GatewayError
 from gateway.inbox import sender_key
 from gateway.log import get_logger
 from sessions.export import export_session, session_record
 from sessions.lifecycle import transition
 from storage.database import Database
-from storage.errors import GatewayError
 from storage.models import (
     InboundEvent,
     Session,

@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from errors import SessionStateError
 from gateway.admin import Administration, NotFoundError
 from gateway.log import get_logger
 from gateway.settings import parse_duration
-from storage.errors import SessionStateError
 
 log = get_logger(__name__)
 

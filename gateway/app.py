@@ -12,11 +12,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from errors import StorageError
 from gateway.admin_api import AdminAPI
 from gateway.log import get_logger
 from gateway.metrics import CONTENT_TYPE
 from gateway.runtime import GatewayRuntime
-from storage.errors import StorageError
 
 log = get_logger(__name__)
 

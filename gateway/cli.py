@@ -15,10 +15,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from errors import ConfigError, GatewayError
 from gateway.admin_cli import add_admin_commands
 from gateway.config import check_config, load_config
 from gateway.log import configure_logging
-from storage.errors import ConfigError, GatewayError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 

@@ -29,8 +29,8 @@ from pydantic_core import ErrorDetails
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from errors import ConfigError
 from gateway.settings import GatewayConfig
-from storage.errors import ConfigError
 
 __all__ = ["ConfigProblem", "check_config", "format_key_path", "load_config"]
 

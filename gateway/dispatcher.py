@@ -19,12 +19,12 @@ from contextlib import suppress
 from sqlalchemy.exc import SQLAlchemyError
 
 from channels.base import ChannelMessage
+from errors import GatewayError
 from gateway.identity import IdentityResolver, ResolvedUser
 from gateway.locks import TurnLocks
 from gateway.log import get_logger
 from gateway.turns import TurnProcessor
 from storage.database import Database
-from storage.errors import GatewayError
 from storage.repositories import InboxRepository
 
 log = get_logger(__name__)

@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from channels.base import AcceptResult, ChannelMessage
+from errors import StorageError
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
-from storage.errors import StorageError
 from storage.repositories import InboxRepository
 
 log = get_logger(__name__)

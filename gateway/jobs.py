@@ -20,13 +20,13 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
+from errors import GatewayError
 from gateway.admin import Administration
 from gateway.locks import TurnLocks
 from gateway.log import get_logger
 from sessions.engine import SessionEngine
 from sessions.lifecycle import transition
 from storage.database import Database
-from storage.errors import GatewayError
 from storage.models import Session, SessionStatus
 from storage.repositories import LeaseRepository, SessionRepository
 

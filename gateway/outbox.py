@@ -20,10 +20,10 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from channels.base import ChannelAdapter, ChannelType, FileToSend, OutboundMessage
+from errors import DeliveryError, GatewayError
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
-from storage.errors import DeliveryError, GatewayError
 from storage.models import OutboundMessage as OutboundRow
 from storage.repositories import OutboxRepository
 

@@ -17,13 +17,13 @@ import dataclasses
 from datetime import timedelta
 from pathlib import Path
 
+from errors import ConfigError, GatewayError
 from gateway.config import load_config
 from gateway.identity import configured_identities, sync_identities
 from gateway.log import get_logger
 from gateway.router import RoutingPolicy
 from gateway.runtime import GatewayRuntime
 from gateway.settings import GatewayConfig
-from storage.errors import ConfigError, GatewayError
 from storage.repositories import UserRepository
 
 log = get_logger(__name__)

@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 
 from channels.base import ChannelAdapter, ChannelType
 from channels.web import WebChannel, WebSettings
+from errors import GatewayError
 from gateway.admin import Administration
 from gateway.dispatcher import Dispatcher
 from gateway.exports import SessionExports
@@ -36,7 +37,6 @@ from sessions.engine import EngineSettings, RecallSettings, SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from sessions.recall import RecallSearch, session_referenced
 from storage.database import Database
-from storage.errors import GatewayError
 from storage.models import InboundEvent, InboundStatus, Session, SessionStatus, utcnow
 from storage.repositories import OutboxRepository
 from storage.transcripts import LocalTranscriptStore, TranscriptStore

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from channels.base import ChannelMessage, FileToSend
+from errors import LLMError, StorageError
 from gateway.commands import Command, CommandContext, parse_command, run_command
 from gateway.identity import ResolvedUser
 from gateway.log import bind_turn_context, clear_turn_context, get_logger
@@ -33,7 +34,6 @@ from gateway.work_slots import WorkSlots
 from sessions.engine import SessionEngine
 from sessions.llm import estimate_tokens
 from storage.database import Database
-from storage.errors import LLMError, StorageError
 from storage.models import InboundEvent, InboundStatus, SessionMessage
 from storage.models import OutboundMessage as OutboundRow
 from storage.repositories import (

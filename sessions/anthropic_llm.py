@@ -15,8 +15,8 @@ from typing import Any, Literal
 import anthropic
 import structlog
 
+from errors import LLMError
 from sessions.llm import ContentBlock, LLMMessage, LLMRequest, LLMResponse
-from storage.errors import LLMError
 
 log = structlog.stdlib.get_logger(__name__)
 

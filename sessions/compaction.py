@@ -22,12 +22,12 @@ from datetime import datetime
 import structlog
 from sqlalchemy.exc import SQLAlchemyError
 
+from errors import ArchiveExistsError, LLMError, StorageError
 from sessions.context import HistoryMessage, history_text
 from sessions.lifecycle import transition
 from sessions.llm import LLMClient, LLMMessage, LLMRequest, estimate_tokens
 from sessions.memory import MemoryFact, extract_facts, remember_facts, transcript_prompt
 from storage.database import Database
-from storage.errors import ArchiveExistsError, LLMError, StorageError
 from storage.models import Session, SessionCompaction, SessionMessage, SessionStatus
 from storage.repositories import CompactionRepository, SessionRepository
 from storage.transcripts import (

@@ -16,6 +16,7 @@ from typing import Any
 
 import structlog
 
+from errors import LLMError, StorageError
 from sessions.compaction import CompactionPolicy, Compactor, as_history
 from sessions.context import (
     AssembledContext,
@@ -50,7 +51,6 @@ from sessions.recall import (
     run_search_tool,
 )
 from storage.database import Database
-from storage.errors import LLMError, StorageError
 from storage.models import SessionMessage as SessionMessageRow
 from storage.models import SessionSummary as SessionSummaryRow
 from storage.repositories import (

@@ -14,7 +14,7 @@ from datetime import datetime
 
 import structlog
 
-from storage.errors import SessionStateError
+from errors import SessionStateError
 from storage.models import Session, SessionStatus
 
 log = structlog.stdlib.get_logger(__name__)

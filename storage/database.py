@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from storage.errors import StorageError
+from errors import StorageError
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -111,9 +111,16 @@ class Database:
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:
-        """A session in one transaction: committed on success, rolled back on error."""
-        async with self.sessionmaker() as session, session.begin():
-            yield session
+        """A session in one transaction: committed on success, rolled back on error.
+
+        The driver's errors leave as `StorageError` (the cause chained), so no layer above
+        `storage` needs to know SQLAlchemy's exception classes.
+        """
+        try:
+            async with self.sessionmaker() as session, session.begin():
+                yield session
+        except SQLAlchemyError as exc:
+            raise StorageError(f"database error: {_first_line(exc)}") from exc
 
     async def ping(self, *, within_seconds: float = 2.0) -> None:
         """Run `SELECT 1`; raises `StorageError` with the cause when the database is unusable."""

@@ -30,7 +30,7 @@ from sqlalchemy import bindparam, delete, func, select, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.errors import StorageError
+from errors import StorageError
 from storage.models import RecallEntry, UTCDateTime
 
 TURN = "turn"

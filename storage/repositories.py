@@ -17,7 +17,7 @@ from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.errors import StorageError
+from errors import StorageError
 from storage.models import (
     ExportLink,
     InboundEvent,

@@ -42,7 +42,7 @@ from botocore.exceptions import (
     NoCredentialsError,
 )
 
-from storage.errors import ArchiveExistsError, StorageError
+from errors import ArchiveExistsError, StorageError
 from storage.transcripts import (
     KeyedLocks,
     SessionRef,

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from storage.errors import ArchiveExistsError, StorageError
+from errors import ArchiveExistsError, StorageError
 
 # A component becomes one path segment of a key; this alphabet cannot form a separator, a
 # drive letter or a shell/URL metacharacter, so a key can never escape its prefix.

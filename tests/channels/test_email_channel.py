@@ -26,7 +26,7 @@ from cryptography.x509.oid import NameOID
 from channels.base import AcceptResult, ChannelMessage, ChannelType, OutboundMessage
 from channels.email import EmailChannel, EmailSettings
 from channels.email_auth import DnsTemporaryError
-from storage.errors import DeliveryError, StorageError
+from errors import DeliveryError, StorageError
 from tests.fakes.smtp_sink import SmtpSink
 
 ASSISTANT = "assistant@acme.example"

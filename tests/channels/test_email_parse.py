@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from channels.base import ChannelMessage, ChannelType
 from channels.email_parse import parse_email, references_of
-from storage.errors import ChannelPayloadError
+from errors import ChannelPayloadError
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -24,7 +24,7 @@ from channels.base import (
 )
 from channels.slack import SlackChannel, SlackSettings
 from channels.slack_parse import SHORTCUT_CALLBACK_ID
-from storage.errors import ChannelAuthError, DeliveryError, StorageError
+from errors import ChannelAuthError, DeliveryError, StorageError
 from tests.e2e.harness import free_port
 from tests.fakes.slack_api import (
     SIGNING_SECRET,

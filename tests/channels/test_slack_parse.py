@@ -10,7 +10,7 @@ import pytest
 from channels.base import ChannelType
 from channels.slack_format import markdown_to_mrkdwn, slack_text, split_for_slack
 from channels.slack_parse import parse_slack_event, parse_slack_shortcut
-from storage.errors import ChannelPayloadError
+from errors import ChannelPayloadError
 
 BOT = "UBOT0001"
 

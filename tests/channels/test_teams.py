@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 
 from channels.base import AcceptResult, ChannelMessage, ChannelType, OutboundMessage
 from channels.teams import TeamsChannel, TeamsSettings
-from storage.errors import ConfigError, DeliveryError, StorageError
+from errors import ConfigError, DeliveryError, StorageError
 from tests.fakes.bot_framework import (
     APP_ID,
     APP_PASSWORD,

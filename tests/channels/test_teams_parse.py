@@ -18,7 +18,7 @@ from channels.teams_activity import (
     split_conversation_id,
     teams_text,
 )
-from storage.errors import ChannelPayloadError
+from errors import ChannelPayloadError
 
 APP_ID = "2b7e6a0c-3f4d-4c1a-9e2b-5d6f7a8b9c0d"
 BOT = f"28:{APP_ID}"

@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
 from channels.base import ChannelType
-from channels.web import MAX_BODY_BYTES, WebRejection, namespaced_id, parse_web_message
-from storage.errors import ChannelPayloadError
+from channels.web import MAX_BODY_BYTES, namespaced_id, parse_web_message
+from errors import ChannelPayloadError, RejectedRequestError
 from storage.models import InboundEvent
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 
@@ -140,7 +140,7 @@ def test_ids_of_200_allowed_characters_are_accepted() -> None:
 
 def test_text_over_the_limit_is_refused_with_413() -> None:
     assert parse({"text": "x" * 100}, max_text_chars=100).content == "x" * 100
-    with pytest.raises(WebRejection) as refused:
+    with pytest.raises(RejectedRequestError) as refused:
         parse({"text": "x" * 101}, max_text_chars=100)
     assert refused.value.status == 413
     assert "100 characters" in refused.value.reason

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from storage.errors import StorageError
+from errors import StorageError
 from tests.e2e.harness import gateway_config, running_gateway
 
 

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from pydantic_core import PydanticCustomError
 
+from errors import ConfigError, GatewayError
 from gateway.config import ConfigProblem, check_config, load_config
 from gateway.settings import GatewayConfig, StrictModel, parse_duration
-from storage.errors import ConfigError, GatewayError
 
 EXAMPLE = Path(__file__).parents[2] / "config" / "gateway.example.yaml"
 

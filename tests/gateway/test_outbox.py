@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import select
 
 from channels.base import ChannelType, DeliveryReceipt, OutboundMessage
+from errors import DeliveryError
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxFeed, OutboxSender, RetryPolicy
 from storage.database import Database
-from storage.errors import DeliveryError
 from storage.models import OutboundMessage as OutboundRow
 from storage.repositories import (
     OrganizationRepository,

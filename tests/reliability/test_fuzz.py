@@ -51,11 +51,11 @@ from sqlalchemy import select
 from channels.base import ChannelMessage
 from channels.email_parse import parse_email
 from channels.web import ID_PATTERN, MAX_BODY_BYTES, USER_PATTERN
+from errors import ChannelPayloadError
 from gateway import outbox
 from gateway.cli import main as gateway_cli
 from gateway.config import check_config
 from gateway.settings import GatewayConfig, parse_duration
-from storage.errors import ChannelPayloadError
 from storage.models import InboundEvent, InboundStatus
 from tests.channels.test_email_channel import GMAIL_FORWARD, OUTLOOK_FORWARD
 from tests.channels.test_teams import ALICE_AAD, TENANT, channel_mention, personal_message

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from errors import LLMError
 from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings, to_api_messages
 from sessions.llm import LLMMessage, LLMRequest
-from storage.errors import LLMError
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
 
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from errors import SessionStateError
 from sessions.lifecycle import check_transition, transition
-from storage.errors import SessionStateError
 from storage.models import Session, SessionStatus
 
 ACTIVE, COMPACTING = SessionStatus.ACTIVE, SessionStatus.COMPACTING

@@ -10,11 +10,11 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, func, select
-from sqlalchemy.exc import IntegrityError, StatementError
+from sqlalchemy.exc import IntegrityError
 
+from errors import StorageError
 from sessions.lifecycle import transition
 from storage.database import Database, redact_url
-from storage.errors import StorageError
 from storage.models import (
     Base,
     InboundStatus,
@@ -164,8 +164,9 @@ async def test_duplicate_sequence_number_is_refused_by_the_database(database: Da
     duplicate = SessionMessage(
         session_id=session_id, seq=1, role="user", channel_type="web", content="y"
     )
-    with pytest.raises(IntegrityError):
+    with pytest.raises(StorageError) as refused:
         await add_in_own_transaction(database, duplicate)
+    assert isinstance(refused.value.__cause__, IntegrityError)
 
 
 async def test_a_thread_belongs_to_one_session_but_a_dm_to_many(database: Database) -> None:
@@ -192,8 +193,9 @@ async def test_a_thread_belongs_to_one_session_but_a_dm_to_many(database: Databa
     stolen_thread = SessionChannel(
         session_id=second, channel_type="slack", channel_id="C1", thread_id="1700000000.000100"
     )
-    with pytest.raises(IntegrityError):
+    with pytest.raises(StorageError) as refused:
         await add_in_own_transaction(database, stolen_thread)
+    assert isinstance(refused.value.__cause__, IntegrityError)
 
 
 async def test_latest_active_session_ignores_archived_ones(database: Database) -> None:
@@ -358,7 +360,7 @@ async def test_an_expired_sending_lease_is_claimed_again(database: Database) -> 
 
 async def test_naive_datetimes_are_refused(database: Database) -> None:
     await make_user(database)
-    with pytest.raises(StatementError, match="naive datetime"):
+    with pytest.raises(StorageError, match="naive datetime"):
         async with database.session() as session:
             await SessionRepository(session).create(
                 "alice",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from storage.errors import ArchiveExistsError, StorageError
+from errors import ArchiveExistsError, StorageError
 from storage.s3_transcripts import S3TranscriptStore
 from storage.transcripts import (
     LocalTranscriptStore,

@@ -1,12 +1,13 @@
 """The gateway's one error tree.
 
-Every layer raises from this tree, so it lives in the bottom layer (`storage`), which every
-other package may import::
+Every layer raises from this tree, so it lives in a neutral package of its own that every
+other package may import (it imports nothing of the gateway)::
 
     GatewayError                  anything the gateway raises on purpose
     ├── ConfigError               the config file is unreadable, invalid or names a missing env var
     ├── ChannelAuthError          an inbound request failed verification (signature, JWT, DKIM …)
     ├── ChannelPayloadError       an inbound payload is malformed or unsupported
+    ├── RejectedRequestError      an inbound HTTP request is refused with a status (413, 401 …)
     ├── DeliveryError             a platform did not accept a reply (maybe retry later)
     ├── RoutingError              a message cannot be tied to a user or session
     ├── SessionStateError         an illegal session lifecycle transition
@@ -44,6 +45,19 @@ class ChannelAuthError(GatewayError):
 
 class ChannelPayloadError(GatewayError):
     """An inbound payload is malformed or of a kind the channel does not handle."""
+
+
+class RejectedRequestError(GatewayError):
+    """An inbound HTTP request is refused with `status` and a `reason` the client is shown.
+
+    For answers other than 400 (a `ChannelPayloadError`): too large, unauthenticated, forbidden,
+    not found, or the message could not be stored.
+    """
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
 
 
 class DeliveryError(GatewayError):
