@@ -33,17 +33,29 @@ before and after the load) and the ratio of the gateway's messages/s to it, so t
 machines of other speeds, or busy with other work, stay comparable; every process's CPU
 during the load and PostgreSQL's work per message.
 
+`--gateways N` runs N gateway processes on the one database, each on a port of its own with the
+same config otherwise (the first migrates the database and writes the users; the others start
+once it answers). The generator sends the events to them in turn, as a load balancer without
+session affinity would, and moves the turn on by one at each pass over the users, so that every
+user's messages reach every gateway even when `--users` is a multiple of N. The gateway figures
+above are then those of all the processes together: CPU and log lines summed, the RSS in
+`memory` summed, `gateway_peak_rss_mb` the largest, `gateway_exit_code` the first that is not 0;
+`per_gateway` lists each process's events, CPU, peak RSS, exit code and log lines. The fake
+Slack API receives the posts of all of them, so that `lost` and `duplicates` cover the lot.
+
     .venv/bin/python bench/e2e.py --messages 3000                     # closed loop, 0 ms LLM
     .venv/bin/python bench/e2e.py --messages 1200 --rate 20
     .venv/bin/python bench/e2e.py --users 10000 --llm-latency 2 --rate 20 --messages 1200 \\
         --set sessions.max_concurrent_turns=1000
     .venv/bin/python bench/e2e.py --messages 2000 --profile /tmp/gateway.json
     .venv/bin/python bench/e2e.py --messages 600 --logs /tmp/logs --set logging.level=info
+    .venv/bin/python bench/e2e.py --users 200 --messages 600 --warmup 100 --gateways 2
 
-`--profile` attaches py-spy (a dev dependency) to the gateway for the run (warm-up included)
-and writes speedscope JSON; without py-spy it runs the gateway under cProfile (about half as
-fast) and adds its top functions to the JSON. `--logs DIR` copies every process's log there.
-Exit code 1 when a message was lost or answered twice, 2 when the benchmark could not run.
+`--profile` attaches py-spy (a dev dependency) to the gateway (the first one) for the run
+(warm-up included) and writes speedscope JSON; without py-spy it runs that gateway under
+cProfile (about half as fast) and adds its top functions to the JSON. `--logs DIR` copies
+every process's log there. Exit code 1 when a message was lost or answered twice, 2 when the
+benchmark could not run.
 """
 
 from __future__ import annotations
@@ -66,6 +78,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -81,12 +94,15 @@ from routing import (
     PROJECT_ROOT,
     CpuSnapshot,
     GatewayProcess,
+    ProcessSample,
+    cpu_by_process,
     cpu_report,
     database_url,
     database_work,
     free_port,
     percentiles_ms,
     read_database_counters,
+    read_machine_ticks,
     write_config,
 )
 from slack_ack import slack_overrides
@@ -119,6 +135,7 @@ class BenchSettings:
     """The command line, validated."""
 
     users: int
+    gateways: int
     rate: float | None
     concurrency: int
     messages: int
@@ -196,30 +213,91 @@ def run_service(
             process.wait()
 
 
-def start_gateway(
-    config: Path, *, port: int, workdir: Path, profile: Path | None, timeout: float
-) -> tuple[GatewayProcess, float]:
-    """`GatewayProcess.start` with a longer wait (the start-up writes every configured user
-    and identity, one transaction each: a minute or more for 10,000 users); the seconds it
-    took."""
+def gateway_names(count: int) -> list[str]:
+    """What the gateways' logs and folders are called: `gateway` alone, else `gateway-1`…"""
+    return ["gateway"] if count == 1 else [f"gateway-{number}" for number in range(1, count + 1)]
+
+
+def launch_gateway(
+    config: Path, *, name: str, port: int, workdir: Path, profile: Path | None
+) -> GatewayProcess:
+    """`python -m gateway run` (under cProfile when `profile`) in the config's folder, its
+    stdout and stderr in `workdir/NAME.log`; not waited for."""
     command = [sys.executable]
     if profile is not None:
         command += ["-m", "cProfile", "-o", str(profile.resolve())]
     command += ["-m", "gateway", "run", "--config", str(config)]
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    log_path = workdir / "gateway.log"
-    started = time.perf_counter()
+    log_path = workdir / f"{name}.log"
     with log_path.open("wb") as log:
+        # stdout too: this program's stdout carries its JSON and nothing else.
         process = subprocess.Popen(
-            command, cwd=workdir, env=env, stderr=log, start_new_session=True
+            command, cwd=config.parent, env=env, stdout=log, stderr=log, start_new_session=True
         )
-    gateway = GatewayProcess(process, f"http://127.0.0.1:{port}", log_path)
-    try:
-        gateway.wait_healthy(timeout=timeout)
-    except BaseException:
-        gateway.stop()
-        raise
-    return gateway, time.perf_counter() - started
+    return GatewayProcess(process, f"http://127.0.0.1:{port}", log_path)
+
+
+def start_gateways(
+    configs: Sequence[tuple[str, int, Path]],
+    started: list[GatewayProcess],
+    *,
+    workdir: Path,
+    profile: Path | None,
+    timeout: float,
+) -> tuple[float, list[float]]:
+    """Start a gateway per (name, port, config) and wait until each answers `/healthz`, with a
+    longer wait than `GatewayProcess.start` (the start-up writes every configured user and
+    identity: a minute or more for 10,000 users). The first starts alone: it migrates the
+    database, which two processes must not do at once; the others start together once it
+    answers. Each one is added to `started` as it is launched, for the caller to stop (also
+    when one fails to start). The seconds until all answered, and each one's from its launch."""
+    began = time.perf_counter()
+    start_s = []
+    for batch in (configs[:1], configs[1:]):
+        launched = []
+        for name, port, config in batch:
+            gateway = launch_gateway(
+                config, name=name, port=port, workdir=workdir, profile=None if started else profile
+            )
+            started.append(gateway)
+            launched.append((gateway, time.perf_counter()))
+        for gateway, launched_at in launched:
+            gateway.wait_healthy(timeout=timeout)
+            start_s.append(time.perf_counter() - launched_at)
+    return time.perf_counter() - began, start_s
+
+
+def write_gateway_configs(
+    workdir: Path, *, count: int, database_url: str, overrides: Sequence[tuple[str, object]]
+) -> list[tuple[str, int, Path]]:
+    """The gateways' configs, the same but for the port, each in its own folder (`workdir`
+    itself for a single gateway) that is also its working directory: (name, port, config)."""
+    configs: list[tuple[str, int, Path]] = []
+    for name in gateway_names(count):
+        port = free_port()
+        while port in {taken for _, taken, _ in configs}:
+            port = free_port()
+        folder = workdir if count == 1 else workdir / name
+        folder.mkdir(exist_ok=True)
+        config = write_config(
+            folder, port=port, database_url=database_url, users=[], overrides=overrides
+        )
+        configs.append((name, port, config))
+    return configs
+
+
+def stop_gateways(gateways: Sequence[GatewayProcess]) -> list[int | None]:
+    """Stop every gateway at once (`GatewayProcess.stop`: final figures, SIGTERM, wait); their
+    exit codes."""
+    if not gateways:
+        return []
+    with ThreadPoolExecutor(max_workers=len(gateways)) as pool:
+        return list(pool.map(lambda gateway: gateway.stop(), gateways))
+
+
+def first_failure(exit_codes: Sequence[int | None]) -> int | None:
+    """The first exit code that is not 0 (None: killed after ignoring SIGTERM), else 0."""
+    return next((code for code in exit_codes if code != 0), 0)
 
 
 def use_fake_aws_credentials() -> None:
@@ -395,32 +473,39 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, str]:
     return int(head[9:12]), head
 
 
-class ConnectionPool:
-    """Connections handed out whole (waits while all are busy)."""
+Lane = tuple[EventConnection, ...]
+"""One connection to each gateway, by the gateway's number."""
 
-    def __init__(self, host: str, port: int, size: int) -> None:
-        self._all = [EventConnection(host, port) for _ in range(size)]
-        self._idle: asyncio.Queue[EventConnection] = asyncio.Queue()
-        for connection in self._all:
-            self._idle.put_nowait(connection)
+
+class ConnectionPool:
+    """Lanes handed out whole (waits while all are busy): whoever holds one can send to any
+    gateway."""
+
+    def __init__(self, host: str, ports: Sequence[int], size: int) -> None:
+        self._all: list[Lane] = [
+            tuple(EventConnection(host, port) for port in ports) for _ in range(size)
+        ]
+        self._idle: asyncio.Queue[Lane] = asyncio.Queue()
+        for lane in self._all:
+            self._idle.put_nowait(lane)
 
     @property
     def size(self) -> int:
-        """How many connections there are."""
+        """How many lanes there are."""
         return len(self._all)
 
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[EventConnection]:
-        """A connection of its own for the block."""
-        connection = await self._idle.get()
+    async def lane(self) -> AsyncIterator[Lane]:
+        """A lane of its own for the block."""
+        lane = await self._idle.get()
         try:
-            yield connection
+            yield lane
         finally:
-            self._idle.put_nowait(connection)
+            self._idle.put_nowait(lane)
 
     async def close(self) -> None:
         """Close every connection."""
-        await asyncio.gather(*(connection.close() for connection in self._all))
+        await asyncio.gather(*(connection.close() for lane in self._all for connection in lane))
 
 
 def signed_event(index: int, user: int, token: str) -> tuple[bytes, dict[str, str]]:
@@ -449,6 +534,7 @@ class LoadGenerator:
     pool: ConnectionPool
     posts: PostCollector
     users: int
+    gateways: int
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     index: int = 0
     progress: Progress = field(default_factory=Progress)
@@ -462,8 +548,15 @@ class LoadGenerator:
             self.index += 1
         return planned
 
-    async def send(self, connection: EventConnection, item: Sent, *, due: float | None) -> None:
+    def gateway_for(self, item: Sent) -> int:
+        """The gateway that gets this event: the next one in turn, and each user's next one
+        at each pass over the users (a plain turn would send a user's every message to one
+        gateway when the users are a multiple of the gateways)."""
+        return (item.user + item.index // self.users) % self.gateways
+
+    async def send(self, lane: Lane, item: Sent, *, due: float | None) -> None:
         """POST one event; latency from `due` (perf_counter) when given, else from sending."""
+        connection = lane[self.gateway_for(item)]
         body, headers = signed_event(item.index, item.user, item.token)
         started = time.perf_counter()
         origin = started if due is None else due
@@ -482,10 +575,10 @@ class LoadGenerator:
         pending = iter(items)
 
         async def worker() -> None:
-            async with self.pool.connection() as connection:
+            async with self.pool.lane() as lane:
                 for item in pending:  # shared: each item goes to one worker
                     self.progress.due += 1
-                    await self.send(connection, item, due=None)
+                    await self.send(lane, item, due=None)
                     if item.error is None:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self.posts.answered(item.token), wait_s)
@@ -496,8 +589,8 @@ class LoadGenerator:
         """One event every 1/rate seconds, whether or not earlier ones were answered."""
 
         async def one(item: Sent, due: float) -> None:
-            async with self.pool.connection() as connection:
-                await self.send(connection, item, due=due)
+            async with self.pool.lane() as lane:
+                await self.send(lane, item, due=due)
 
         start = time.perf_counter() + 0.05
         tasks = []
@@ -605,15 +698,78 @@ def read_rss_mb(pid: int) -> float | None:
     return None
 
 
+def total_rss_mb(pids: Sequence[int]) -> float | None:
+    """The resident memory of these processes together (those still readable), in MB."""
+    readable = [rss for rss in map(read_rss_mb, pids) if rss is not None]
+    return sum(readable) if readable else None
+
+
+def together(samples: Sequence[ProcessSample]) -> ProcessSample:
+    """Several processes as one: CPU summed (None when one is unreadable), the largest peak RSS."""
+    cpu = [sample.cpu_s for sample in samples]
+    peaks = [sample.peak_rss_mb for sample in samples if sample.peak_rss_mb is not None]
+    return ProcessSample(
+        None if None in cpu else sum(value for value in cpu if value is not None),
+        max(peaks, default=None),
+        sum(sample.ended_children_cpu_s for sample in samples),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaysCpu:
+    """The gateways' CPU counters at one moment, each one's and (in `machine`, for
+    `cpu_report`) all of them as one gateway, with every other process on the machine."""
+
+    machine: CpuSnapshot
+    each: tuple[ProcessSample, ...]
+    threads: tuple[tuple[float, float], ...]  # (event loop, other threads) of each gateway
+
+    @classmethod
+    def take(cls, gateways: Sequence[GatewayProcess], database: str) -> GatewaysCpu:
+        """The counters now (`database`: the gateways' database, for the process labels)."""
+        each = tuple(gateway.sample() for gateway in gateways)
+        threads = tuple(read_thread_cpu(gateway.process.pid) for gateway in gateways)
+        pids = {gateway.process.pid for gateway in gateways}
+        processes = cpu_by_process(database)
+        machine = CpuSnapshot(
+            gateway=together(each),
+            bench_s=time.process_time(),
+            machine=read_machine_ticks(),
+            # `cpu_report` leaves one gateway out of the others: leave them all out.
+            processes={pid: entry for pid, entry in processes.items() if pid not in pids},
+        )
+        return cls(machine, each, threads)
+
+    def event_loop_s(self) -> float:
+        """The event loops' CPU seconds, all gateways together."""
+        return sum(main for main, _ in self.threads)
+
+    def other_threads_s(self) -> float:
+        """The other threads' CPU seconds, all gateways together."""
+        return sum(others for _, others in self.threads)
+
+
+def cpu_spent(start: ProcessSample, end: ProcessSample) -> float | None:
+    """CPU seconds between two samples of one process (None when either was unreadable)."""
+    if start.cpu_s is None or end.cpu_s is None:
+        return None
+    return end.cpu_s - start.cpu_s
+
+
+def per_1000(seconds: float | None, messages: int) -> float | None:
+    """CPU seconds per 1,000 messages, rounded."""
+    return None if seconds is None else round(seconds / messages * 1000, 2)
+
+
 async def sample(
     load: LoadGenerator,
     items: Sequence[Sent],
-    pid: int,
+    pids: Sequence[int],
     database: str,
     samples: list[dict[str, float]],
 ) -> None:
-    """Every second: messages due and answered so far, sessions in the database, the gateway's
-    RSS."""
+    """Every second: messages due and answered so far, sessions in the database, the gateways'
+    RSS (summed)."""
     started = time.monotonic()
     async with await psycopg.AsyncConnection.connect(database, autocommit=True) as connection:
         while True:
@@ -626,7 +782,7 @@ async def sample(
                     "answered": answered,
                     "backlog": load.progress.due - answered,
                     "sessions": int(row[0]) if row else 0,
-                    "rss_mb": round(read_rss_mb(pid) or 0.0, 1),
+                    "rss_mb": round(total_rss_mb(pids) or 0.0, 1),
                 }
             )
             await asyncio.sleep(SAMPLE_SECONDS)
@@ -792,24 +948,25 @@ def audit(items: Sequence[Sent], posts: PostCollector, states: Mapping[str, str]
 
 async def run_load(
     settings: BenchSettings,
-    gateway: GatewayProcess,
+    gateways: Sequence[GatewayProcess],
     slack_url: str,
     database: str,
     probe_database: str,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Warm up, probe the database, send the measured load, wait for the replies, audit.
 
-    The figures, and PostgreSQL's counters for the gateway's database when the load started.
+    The figures, and PostgreSQL's counters for the gateways' database when the load started.
     """
-    port = int(gateway.base_url.rsplit(":", 1)[1])
+    ports = [int(gateway.base_url.rsplit(":", 1)[1]) for gateway in gateways]
+    pids = [gateway.process.pid for gateway in gateways]
     bench_db = database_url(settings.admin_url, database)
     probe_db = database_url(settings.admin_url, probe_database)
     posts = PostCollector(slack_url)
     follower = asyncio.create_task(posts.follow())
-    rss_start = read_rss_mb(gateway.process.pid)
+    rss_start = total_rss_mb(pids)
     try:
-        warm_pool = ConnectionPool("127.0.0.1", port, settings.concurrency)
-        load = LoadGenerator(warm_pool, posts, settings.users)
+        warm_pool = ConnectionPool("127.0.0.1", ports, settings.concurrency)
+        load = LoadGenerator(warm_pool, posts, settings.users, len(gateways))
         warm = load.plan(settings.warmup)
         progress(f"warm-up: {settings.warmup} messages, closed loop")
         await load.closed_loop(warm, wait_s=settings.timeout)
@@ -823,15 +980,14 @@ async def run_load(
         counters = await asyncio.to_thread(read_database_counters, bench_db)
 
         items = load.plan(settings.messages)
-        load.pool = ConnectionPool("127.0.0.1", port, settings.concurrency)
+        load.pool = ConnectionPool("127.0.0.1", ports, settings.concurrency)
         load.progress = Progress()
         mode = "closed loop" if settings.rate is None else f"{settings.rate:g}/s"
         progress(f"load: {settings.messages} messages, {settings.users} users, {mode}")
         samples: list[dict[str, float]] = []
-        sampler = asyncio.create_task(sample(load, items, gateway.process.pid, bench_db, samples))
+        sampler = asyncio.create_task(sample(load, items, pids, bench_db, samples))
         load_average = os.getloadavg()
-        cpu_start = CpuSnapshot.take(gateway, database)
-        threads_start = read_thread_cpu(gateway.process.pid)
+        cpu_start = GatewaysCpu.take(gateways, database)
         started = time.perf_counter()
         started_wall = time.time()
         if settings.rate is None:
@@ -841,8 +997,7 @@ async def run_load(
         load_s = time.perf_counter() - started
         progress(f"sent in {load_s:.1f}s; waiting for the replies")
         complete = await posts.wait_for(items, deadline=time.monotonic() + settings.timeout)
-        cpu_end = CpuSnapshot.take(gateway, database)
-        threads_end = read_thread_cpu(gateway.process.pid)
+        cpu_end = GatewaysCpu.take(gateways, database)
         done_s = time.perf_counter() - started
         sampler.cancel()
         await asyncio.sleep(2.0)  # a second post for an event would show up now
@@ -856,7 +1011,7 @@ async def run_load(
         # The states first, then the posts: a reply posted in between counts as answered.
         states = await asyncio.to_thread(event_states, bench_db, unanswered)
         await posts.fetch()
-        rss_end = read_rss_mb(gateway.process.pid)
+        rss_end = total_rss_mb(pids)
 
         progress("database probe again")
         db_after, _ = await asyncio.to_thread(
@@ -871,14 +1026,13 @@ async def run_load(
     sustained = len(answered) / max(last_post - started_wall, 1e-9)
     errors = Counter(item.error for item in items if item.error is not None)
     correctness = audit([*warm, *items], posts, states)
-    gateway_cpu_s = None
-    if cpu_start.gateway.cpu_s is not None and cpu_end.gateway.cpu_s is not None:
-        gateway_cpu_s = cpu_end.gateway.cpu_s - cpu_start.gateway.cpu_s
+    events = Counter(load.gateway_for(item) for item in items)
     db_rate = (db_before + db_after) / 2
     latencies = latency_figures(items, posts, settings.llm_latency)
     result = {
         "settings": {
             "users": settings.users,
+            "gateways": settings.gateways,
             "mode": "closed" if settings.rate is None else "open",
             "rate": settings.rate,
             "concurrency": settings.concurrency,
@@ -899,14 +1053,16 @@ async def run_load(
         "load_s": round(load_s, 2),
         "all_answered_after_s": round(done_s, 2) if complete else None,
         **latencies,
-        "cpu_s_per_1000_msgs": (
-            None if gateway_cpu_s is None else round(gateway_cpu_s / len(items) * 1000, 2)
+        "cpu_s_per_1000_msgs": per_1000(
+            cpu_spent(cpu_start.machine.gateway, cpu_end.machine.gateway), len(items)
         ),
         "cpu_s_per_1000_msgs_by_thread": {
-            "event_loop": round((threads_end[0] - threads_start[0]) / len(items) * 1000, 2),
-            "other_threads": round((threads_end[1] - threads_start[1]) / len(items) * 1000, 2),
+            "event_loop": per_1000(cpu_end.event_loop_s() - cpu_start.event_loop_s(), len(items)),
+            "other_threads": per_1000(
+                cpu_end.other_threads_s() - cpu_start.other_threads_s(), len(items)
+            ),
         },
-        "gateway_peak_rss_mb": None,  # filled in once the gateway stopped
+        "gateway_peak_rss_mb": None,  # filled in once the gateways stopped
         "errors": sum(errors.values()) + correctness["unmatched_posts"],
         "error_kinds": dict(errors),
         "duplicates": correctness["duplicates"],
@@ -925,9 +1081,29 @@ async def run_load(
             **memory_summary(samples, rss_start=rss_start, rss_end=rss_end),
         },
         "cpu_during_load_pct_of_one_core": cpu_report(
-            cpu_start, cpu_end, wall=done_s, gateway_pid=gateway.process.pid
+            cpu_start.machine, cpu_end.machine, wall=done_s, gateway_pid=pids[0]
         ),
         "goals": goals(settings, sustained, latencies),
+        # Each gateway's CPU per 1,000 of all the measured messages: the entries add up to
+        # `cpu_s_per_1000_msgs`. The rest is filled in once the gateways stopped.
+        "per_gateway": [
+            {
+                "port": ports[number],
+                "events": events[number],
+                "cpu_s_per_1000_msgs": per_1000(
+                    cpu_spent(cpu_start.each[number], cpu_end.each[number]), len(items)
+                ),
+                "cpu_s_per_1000_msgs_by_thread": {
+                    "event_loop": per_1000(
+                        cpu_end.threads[number][0] - cpu_start.threads[number][0], len(items)
+                    ),
+                    "other_threads": per_1000(
+                        cpu_end.threads[number][1] - cpu_start.threads[number][1], len(items)
+                    ),
+                },
+            }
+            for number in range(len(gateways))
+        ],
     }
     return result, counters
 
@@ -1003,50 +1179,66 @@ def run(settings: BenchSettings) -> dict[str, Any]:
             ) as anthropic,
         ):
             create_bucket(s3.url)
-            port = free_port()
             overrides = gateway_overrides(
                 settings, slack_url=slack.url, anthropic_url=anthropic.url, s3_url=s3.url
             )
-            config = write_config(
+            configs = write_gateway_configs(
                 workdir,
-                port=port,
+                count=settings.gateways,
                 database_url=database_url(settings.admin_url, database, driver="psycopg"),
-                users=[],
                 overrides=overrides,
             )
-            progress(f"starting the gateway on port {port} (database {database})")
+            ports = ", ".join(str(port) for _, port, _ in configs)
+            if settings.gateways == 1:
+                progress(f"starting the gateway on port {ports} (database {database})")
+            else:
+                progress(f"starting {settings.gateways} gateways on ports {ports} ({database})")
             cprofile = settings.profile if settings.profile and not under_py_spy else None
-            gateway, start_s = start_gateway(
-                config, port=port, workdir=workdir, profile=cprofile, timeout=300.0
-            )
-            progress(f"the gateway answered /healthz after {start_s:.1f}s")
+            gateways: list[GatewayProcess] = []
             try:
+                start_s, each_start_s = start_gateways(
+                    configs, gateways, workdir=workdir, profile=cprofile, timeout=300.0
+                )
+                who = "the gateway" if settings.gateways == 1 else "every gateway"
+                progress(f"{who} answered /healthz after {start_s:.1f}s")
                 profiling: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
                 if under_py_spy and settings.profile is not None:
-                    profiling = py_spy_attached(gateway.process.pid, settings.profile)
+                    profiling = py_spy_attached(gateways[0].process.pid, settings.profile)
                 with profiling:
                     result, counters = asyncio.run(
-                        run_load(settings, gateway, slack.url, database, probe_database)
+                        run_load(settings, gateways, slack.url, database, probe_database)
                     )
             finally:
-                exit_code = gateway.stop()
-                log_levels = gateway.log_levels()
-                if exit_code != 0 or {"error", "critical", "unparsed"} & log_levels.keys():
-                    progress(f"gateway exit code {exit_code}; its log ends:\n{gateway.tail()}")
+                exit_codes = stop_gateways(gateways)
+                log_levels = [gateway.log_levels() for gateway in gateways]
+                for (name, _, _), gateway, code, levels in zip(
+                    configs, gateways, exit_codes, log_levels, strict=False
+                ):
+                    if code != 0 or {"error", "critical", "unparsed"} & levels.keys():
+                        progress(f"{name} exit code {code}; its log ends:\n{gateway.tail()}")
                 if settings.logs is not None:
                     settings.logs.mkdir(parents=True, exist_ok=True)
                     for log_file in workdir.glob("*.log"):
                         shutil.copy(log_file, settings.logs / log_file.name)
-        time.sleep(0.5)  # the gateway's backends are still exiting
+        time.sleep(0.5)  # the gateways' backends are still exiting
         after = read_database_counters(database_url(settings.admin_url, database))
     answered = max(settings.messages, 1)
     result["database_work_per_message"] = database_work(counters, after, messages=answered)
-    peak = gateway.final.peak_rss_mb
+    peak = together([gateway.final for gateway in gateways]).peak_rss_mb
     result["gateway_peak_rss_mb"] = None if peak is None else round(peak, 1)
     result["gateway_start_s"] = round(start_s, 1)
-    result["gateway_exit_code"] = exit_code
-    result["gateway_log_lines"] = log_levels
-    result["errors"] += sum(log_levels.get(level, 0) for level in ("error", "critical"))
+    result["gateway_exit_code"] = first_failure(exit_codes)
+    all_lines = sum((Counter(levels) for levels in log_levels), Counter[str]())
+    result["gateway_log_lines"] = dict(all_lines)
+    result["errors"] += sum(all_lines[level] for level in ("error", "critical"))
+    for entry, gateway, seconds, code, levels in zip(
+        result["per_gateway"], gateways, each_start_s, exit_codes, log_levels, strict=True
+    ):
+        peak = gateway.final.peak_rss_mb
+        entry["peak_rss_mb"] = None if peak is None else round(peak, 1)
+        entry["start_s"] = round(seconds, 1)
+        entry["exit_code"] = code
+        entry["log_lines"] = levels
     if cprofile is not None and cprofile.exists():
         result["profile"] = {"tool": "cProfile (whole process)", **profile_top(cprofile)}
     elif under_py_spy:
@@ -1060,12 +1252,18 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
         description="Slack DM events end to end: msgs/s, ack, overhead, CPU, memory, losses."
     )
     parser.add_argument("--users", type=int, default=1000, help="users, round-robin (1000)")
+    parser.add_argument(
+        "--gateways",
+        type=int,
+        default=1,
+        help="gateway processes on the one database, sent the events in turn (1)",
+    )
     parser.add_argument("--rate", type=float, help="messages/s, open loop (default: closed loop)")
     parser.add_argument(
         "--concurrency",
         type=int,
         default=64,
-        help="closed loop: messages in flight end to end; open loop: connections (64)",
+        help="closed loop: messages in flight end to end; open loop: requests in flight (64)",
     )
     parser.add_argument("--messages", type=int, default=5000, help="measured messages (5000)")
     parser.add_argument(
@@ -1096,8 +1294,10 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
         if not equals or not key:
             parser.error(f"--set {item}: expected KEY=VALUE")
         overrides.append((key, yaml.safe_load(value)))
-    if min(args.users, args.concurrency, args.messages) < 1 or args.warmup < 0:
-        parser.error("--users, --concurrency and --messages must be positive, --warmup >= 0")
+    if min(args.users, args.gateways, args.concurrency, args.messages) < 1 or args.warmup < 0:
+        parser.error(
+            "--users, --gateways, --concurrency and --messages must be positive, --warmup >= 0"
+        )
     if args.users > 100_000:
         parser.error("--users: at most 100000 (Slack ids are U00000…U99999)")
     if args.rate is not None and args.rate <= 0:
@@ -1106,6 +1306,7 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
         parser.error("--llm-latency must be a number of seconds >= 0")
     return BenchSettings(
         users=args.users,
+        gateways=args.gateways,
         rate=args.rate,
         concurrency=args.concurrency,
         messages=args.messages,
