@@ -95,7 +95,7 @@ from storage.transcripts import (
     LocalTranscriptStore,
     SessionRef,
     pre_compact_archive_key,
-    transcript_key,
+    transcript_segments_prefix,
 )
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -352,7 +352,7 @@ class TranscriptPlanner:
             "compaction_count": len(self.compactions),
             "last_active_at": self.last_at,
             "updated_at": self.last_at,
-            "transcript_ref": transcript_key(self.ref),
+            "transcript_ref": transcript_segments_prefix(self.ref),
             "topic_summary": "Planning the vendor contract renewal and the quarterly report.",
             "topics": ["vendor contract", "quarterly report", "migration"],
         }

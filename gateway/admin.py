@@ -35,7 +35,7 @@ from storage.models import (
     UserChannelIdentity,
 )
 from storage.repositories import MemoryRepository, SessionRepository, UserRepository
-from storage.transcripts import SessionRef, TranscriptStore, session_prefix
+from storage.transcripts import SessionRef, TranscriptStore, session_prefix, transcript_keys
 
 log = get_logger(__name__)
 
@@ -194,15 +194,20 @@ class Administration:
         ref = SessionRef(session.org_id, session.user_id, session.id)
         stored = await self.transcripts.list_session(ref)
         prefix = session_prefix(ref)
-        for key in stored:
+        # The transcript's segments (and any legacy object) leave as one `transcript.jsonl`.
+        parts = set(transcript_keys(ref, stored))
+        others = [key for key in stored if key not in parts]
+        for key in others:
             archive.writestr(folder + key.removeprefix(prefix), await self.transcripts.read(key))
-        if not any(key.endswith("transcript.jsonl") for key in stored):
+        transcript = await self.transcripts.read_transcript(ref) if parts else b""
+        if not transcript:
             # The store is a mirror; the database is the record. Rebuild the transcript.
             lines = io.StringIO()
             for message in data["messages"]:
                 lines.write(json.dumps(message, ensure_ascii=False) + "\n")
-            archive.writestr(folder + "transcript.jsonl", lines.getvalue())
-        return 1 + max(len(stored), 1)
+            transcript = lines.getvalue().encode("utf-8")
+        archive.writestr(folder + "transcript.jsonl", transcript)
+        return 2 + len(others)
 
     # --- users ------------------------------------------------------------------------------
 

@@ -4,22 +4,18 @@ boto3 is blocking, so every call (including reading a response body and walking 
 runs in a worker thread via `asyncio.to_thread`; the event loop never waits on the network.
 Every botocore error becomes a `StorageError` naming the key and the cause.
 
-S3 has no append, so `append_lines` reads the transcript and writes old + new back with a
-conditional PUT (`If-Match` on the ETag it read, `If-None-Match: *` when there was none) and
-retries when another writer got there first. Within one process appends to a key are also
-serialised by a lock, so retries only happen between processes. A server without conditional
-writes that answers 501 NotImplemented makes the append fail with a `StorageError` saying so
-rather than risk losing lines; a server that silently ignores the headers cannot be detected,
-and then only the in-process lock protects concurrent appends.
+S3 has no append, so a transcript is append-only segments (see `storage.transcripts`):
+`append_lines` is one unconditional PUT of a new object `transcript/{first_seq:010d}.jsonl`, no
+GET, and costs the same for the 10,000th message of a session as for the 10th. The key comes
+from the database's sequence number, unique in the session, so the only second write of a key
+is a retry of the same batch (botocore resending a PUT whose answer was lost, or the gateway
+appending a turn again); it carries the same lines, so overwriting is harmless, and it needs
+neither `If-None-Match` (whose retry would come back 412 and need interpreting) nor a server
+that supports conditional writes. `read_transcript` lists the session's transcript objects and
+GETs them concurrently (at most `read_concurrency` at once), legacy `transcript.jsonl` first.
 
-To make an append one request instead of two, the store remembers the bytes and ETag it last
-wrote (or read while appending) for each transcript, in an LRU cache bounded by total bytes.
-An append to a remembered transcript skips the GET and PUTs remembered + new with `If-Match`
-on the remembered ETag; if another process wrote or deleted the object meanwhile, that PUT
-fails its precondition, the entry is dropped and the append falls back to GET + PUT. Deleting
-through the store drops the deleted keys' entries too. The cache is only as safe as the
-server's `If-Match`: on a server that ignores it, pass `cache_bytes=0`, or a stale entry would
-overwrite other processes' lines and bring a transcript deleted elsewhere back.
+Archives (`write_archive`) are the objects that must never be overwritten: they are PUT with
+`If-None-Match: *`, and a 409 from a concurrent conditional write is retried.
 """
 
 from __future__ import annotations
@@ -27,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
@@ -44,14 +38,15 @@ from botocore.exceptions import (
 
 from errors import ArchiveExistsError, StorageError
 from storage.transcripts import (
-    KeyedLocks,
     SessionRef,
     StoredObject,
     TranscriptLine,
     check_key,
     encode_lines,
+    join_transcript,
     session_prefix,
-    transcript_key,
+    transcript_keys,
+    transcript_segment_key,
     user_prefix,
 )
 
@@ -63,10 +58,12 @@ T = TypeVar("T")
 _SSE_MODES = frozenset({"AES256", "aws:kms", "aws:kms:dsse"})
 _MISSING_KEY_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _MISSING_BUCKET_CODES = frozenset({"NoSuchBucket", "404", "NotFound"})
-# 412: our If-Match / If-None-Match lost; 409: a concurrent conditional write was in flight.
+# 412: our If-None-Match lost; 409: a concurrent conditional write was in flight.
 _WRITE_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _DELETE_BATCH = 1000  # the most keys DeleteObjects accepts in one request
-_DEFAULT_CACHE_BYTES = 16 * 1024 * 1024
+# Below botocore's default pool of 10 connections, so concurrent GETs never open and discard
+# connections beyond the pool, and the default thread pool keeps room for other work.
+_DEFAULT_READ_CONCURRENCY = 8
 
 
 def _error_code(exc: ClientError) -> str:
@@ -97,53 +94,6 @@ def _storage_error(
     return StorageError(f"S3 {operation} failed: {cause}", key=key)
 
 
-@dataclass(frozen=True, slots=True)
-class _KnownObject:
-    """The bytes of an object as this process last saw them, and the ETag S3 gave them."""
-
-    data: bytes
-    etag: str
-
-
-class _KnownObjects:
-    """The last known state of transcript objects, least recently used first, bounded in bytes.
-
-    Only the bodies count towards the bound; an object bigger than the bound is not kept.
-    Used from the event loop only, so it needs no lock of its own.
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max(0, max_bytes)
-        self.size_bytes = 0
-        self._entries: OrderedDict[str, _KnownObject] = OrderedDict()
-
-    def __contains__(self, object_key: str) -> bool:
-        return object_key in self._entries
-
-    def pop(self, object_key: str) -> _KnownObject | None:
-        """Remove and return the entry: whoever takes it puts back what it finds next."""
-        known = self._entries.pop(object_key, None)
-        if known is not None:
-            self.size_bytes -= len(known.data)
-        return known
-
-    def put(self, object_key: str, data: bytes, etag: str | None) -> None:
-        """Remember `data` as the object's content (the most recent entry); evict to fit."""
-        self.pop(object_key)
-        if etag is None or len(data) > self.max_bytes:
-            return
-        self._entries[object_key] = _KnownObject(data, etag)
-        self.size_bytes += len(data)
-        while self.size_bytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self.size_bytes -= len(evicted.data)
-
-    def discard_prefix(self, prefix: str) -> None:
-        """Forget every object whose key starts with `prefix`."""
-        for object_key in [k for k in self._entries if k.startswith(prefix)]:
-            self.pop(object_key)
-
-
 class S3TranscriptStore:
     """A `TranscriptStore` in an S3 bucket under an optional prefix, with optional SSE."""
 
@@ -159,16 +109,16 @@ class S3TranscriptStore:
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         max_attempts: int = 3,
-        append_attempts: int = 10,
-        cache_bytes: int = _DEFAULT_CACHE_BYTES,
+        conflict_attempts: int = 10,
+        read_concurrency: int = _DEFAULT_READ_CONCURRENCY,
         boto_session: boto3.session.Session | None = None,
     ) -> None:
         """Create the (thread-safe) boto3 client once; credentials come from the usual chain.
 
         `max_attempts` is botocore's total attempts per request (1 = no retries);
-        `append_attempts` bounds the read-modify-write rounds of one `append_lines`.
-        `cache_bytes` bounds the transcripts remembered to skip the GET of an append
-        (0 turns that off; see the module docstring).
+        `conflict_attempts` bounds the tries of an archive write that keeps meeting another
+        conditional write of the same key (409);
+        `read_concurrency` bounds the GETs of one `read_transcript` in flight at once.
         `boto_session` lets several stores share one session (and its loaded service models);
         by default each store makes its own.
         """
@@ -187,7 +137,8 @@ class S3TranscriptStore:
             self._sse["ServerSideEncryption"] = sse
             if kms_key_id:
                 self._sse["SSEKMSKeyId"] = kms_key_id
-        self._append_attempts = max(1, append_attempts)
+        self._conflict_attempts = max(1, conflict_attempts)
+        self._read_concurrency = max(1, read_concurrency)
         config = Config(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
@@ -198,8 +149,6 @@ class S3TranscriptStore:
         self._client: S3Client = session.client(
             "s3", region_name=region, endpoint_url=endpoint_url, config=config
         )
-        self._locks = KeyedLocks()
-        self._known = _KnownObjects(cache_bytes)
 
     def close(self) -> None:
         """Close the client's connection pool."""
@@ -220,93 +169,38 @@ class S3TranscriptStore:
         except (ClientError, BotoCoreError) as exc:
             raise _storage_error(operation, key, exc) from exc
 
-    async def append_lines(self, ref: SessionRef, lines: Sequence[TranscriptLine]) -> None:
-        """Append lines by conditional read-modify-write of `transcript.jsonl`.
-
-        When this process knows the transcript's bytes and ETag, the read is skipped.
-        """
+    async def append_lines(
+        self, ref: SessionRef, lines: Sequence[TranscriptLine], *, first_seq: int
+    ) -> None:
+        """PUT the segment named by `first_seq`: one request, no GET (see the module docstring)."""
+        key = transcript_segment_key(ref, first_seq)
         if not lines:
             return
-        key = transcript_key(ref)
-        object_key = self._object_key(key)
-        data = encode_lines(lines)
-        async with self._locks.for_key(object_key):
-            expected: bytes | None = None
-            known = self._known.pop(object_key)
-            if known is not None:
-                expected = known.data + data
-                if await self._put_transcript(key, object_key, expected, known.etag):
-                    return
-                # Someone else wrote or deleted it (or our own PUT was retried): read it.
-            for attempt in range(self._append_attempts):
-                old, etag = await self._run("get_object", key, lambda: self._get(object_key))
-                # A conflict can also be our own PUT: botocore retries a request whose answer
-                # was lost, and the retry fails its precondition. If what we meant to write is
-                # there, the append happened; writing it again would duplicate the lines.
-                if expected is not None and old.startswith(expected):
-                    self._known.put(object_key, old, etag)
-                    return
-                expected = old + data
-                if await self._put_transcript(key, object_key, expected, etag):
-                    return
-                await asyncio.sleep(_backoff(attempt))
-        raise StorageError(
-            f"S3 append gave up after {self._append_attempts} attempts: "
-            "other writers kept changing the transcript",
-            key=key,
-        )
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._object_key(key), **self._sse}
+        params.update(Body=encode_lines(lines), ContentType="application/x-ndjson")
+        await self._run("put_object", key, functools.partial(self._client.put_object, **params))
 
-    async def _put_transcript(
-        self, key: str, object_key: str, body: bytes, etag: str | None
-    ) -> bool:
-        """PUT `body` if the object still has `etag` (or, for None, does not exist).
+    async def read_transcript(self, ref: SessionRef) -> bytes:
+        """List the transcript's objects, GET them concurrently (bounded), join them in order."""
+        # One listing finds both the legacy `transcript.jsonl` and the segments `transcript/…`,
+        # and skips the session's archives and files; `transcript_keys` drops anything else.
+        prefix = session_prefix(ref) + "transcript"
+        object_keys = await self._run("list_objects_v2", prefix, lambda: self._list(prefix))
+        keys = transcript_keys(ref, (self._layout_key(k) for k in object_keys))
+        slots = asyncio.Semaphore(self._read_concurrency)
 
-        Returns False when the precondition failed, and then remembers nothing; on success the
-        body and its new ETag are remembered for the next append.
-        """
-        params: dict[str, Any] = {"Bucket": self.bucket, "Key": object_key, **self._sse}
-        params["Body"] = body
-        params["ContentType"] = "application/x-ndjson"
-        if etag is None:
-            params["IfNoneMatch"] = "*"
-        else:
-            params["IfMatch"] = etag
-        try:
-            response = await asyncio.to_thread(functools.partial(self._client.put_object, **params))
-        except ClientError as exc:
-            # NoSuchKey: the object vanished since it was read (If-Match on a missing key).
-            if _is_write_conflict(exc) or _error_code(exc) == "NoSuchKey":
-                return False
-            if _error_code(exc) == "NotImplemented" or _status(exc) == 501:
-                raise StorageError(
-                    "S3 server does not support conditional writes (If-Match / "
-                    "If-None-Match), so appends cannot be made safe",
-                    key=key,
-                ) from exc
-            raise _storage_error("put_object", key, exc) from exc
-        except BotoCoreError as exc:
-            raise _storage_error("put_object", key, exc) from exc
-        self._known.put(object_key, body, response.get("ETag"))
-        return True
+        async def read_one(key: str) -> bytes:
+            async with slots:
+                return await self.read(key)
 
-    def _get(self, object_key: str) -> tuple[bytes, str | None]:
-        """GET an object and its ETag; a missing object reads as empty with no ETag."""
-        try:
-            response = self._client.get_object(Bucket=self.bucket, Key=object_key)
-        except ClientError as exc:
-            if _error_code(exc) == "NoSuchKey":
-                return b"", None
-            raise
-        return response["Body"].read(), response["ETag"]
+        return join_transcript(await asyncio.gather(*(read_one(key) for key in keys)))
 
     async def write_archive(self, key: str, data: bytes) -> StoredObject:
         """PUT with `If-None-Match: *`, so an existing archive is never overwritten."""
         object_key = self._object_key(key)
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": object_key, **self._sse}
         params.update(Body=data, IfNoneMatch="*")
-        # Only a missing key can be written, so whatever was remembered for it is gone.
-        self._known.pop(object_key)
-        for attempt in range(self._append_attempts):
+        for attempt in range(self._conflict_attempts):
             try:
                 await asyncio.to_thread(functools.partial(self._client.put_object, **params))
             except ClientError as exc:
@@ -380,22 +274,16 @@ class S3TranscriptStore:
     async def _delete_prefix(self, prefix: str) -> int:
         # Objects written after the listing survive; callers delete once writers have stopped.
         object_keys = await self._run("list_objects_v2", prefix, lambda: self._list(prefix))
-        try:
-            for start in range(0, len(object_keys), _DELETE_BATCH):
-                batch = object_keys[start : start + _DELETE_BATCH]
-                errors = await self._run(
-                    "delete_objects", prefix, functools.partial(self._delete_batch, batch)
+        for start in range(0, len(object_keys), _DELETE_BATCH):
+            batch = object_keys[start : start + _DELETE_BATCH]
+            errors = await self._run(
+                "delete_objects", prefix, functools.partial(self._delete_batch, batch)
+            )
+            if errors:
+                shown = "; ".join(errors[:3])
+                raise StorageError(
+                    f"S3 delete_objects failed for {len(errors)} object(s): {shown}", key=prefix
                 )
-                if errors:
-                    shown = "; ".join(errors[:3])
-                    raise StorageError(
-                        f"S3 delete_objects failed for {len(errors)} object(s): {shown}",
-                        key=prefix,
-                    )
-        finally:
-            # Even when a batch failed: a deleted transcript must never be written back from
-            # memory. If-Match would refuse that PUT anyway; this does not rely on it.
-            self._known.discard_prefix(self._object_key(prefix))
         return len(object_keys)
 
     def _delete_batch(self, object_keys: list[str]) -> list[str]:

@@ -3,14 +3,22 @@
 A session's transcript lives outside the database, in a folder or an S3 bucket, under keys
 that are the same for every backend::
 
-    sessions/{org_id}/{user_id}/{session_id}/transcript.jsonl
+    sessions/{org_id}/{user_id}/{session_id}/transcript/{first_seq:010d}.jsonl
+    sessions/{org_id}/{user_id}/{session_id}/transcript.jsonl      (legacy, read only)
     sessions/{org_id}/{user_id}/{session_id}/compact_001.json
     sessions/{org_id}/{user_id}/{session_id}/archive/full_transcript_pre_compact_001.jsonl
 
-`transcript.jsonl` only grows (`append_lines`); compactions and pre-compact archives are
-immutable objects (`write_archive` never overwrites). This module owns those values and keys,
-the `TranscriptStore` protocol and `LocalTranscriptStore`; the S3 backend is in
-`storage.s3_transcripts`. Neither store knows what a compaction is: that is `sessions/`' job.
+A transcript is append-only segments: each `append_lines` (one turn: the user's message and
+the assistant's) writes one new object named by the session sequence number of its first line,
+so an append costs the same for the 10,000th message as for the 10th (S3 has no append, and
+rewriting one growing object costs the whole transcript every time). `read_transcript` returns
+the legacy `transcript.jsonl` that earlier versions grew in place, if there is one, then the
+segments in key order (ten digits keep key order and number order the same).
+
+Compactions and pre-compact archives are immutable objects (`write_archive` never overwrites).
+This module owns those values and keys, the `TranscriptStore` protocol and
+`LocalTranscriptStore`; the S3 backend is in `storage.s3_transcripts`. Neither store knows what
+a compaction is: that is `sessions/`' job.
 """
 
 from __future__ import annotations
@@ -20,8 +28,7 @@ import json
 import os
 import re
 import tempfile
-import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +40,10 @@ from errors import ArchiveExistsError, StorageError
 # drive letter or a shell/URL metacharacter, so a key can never escape its prefix.
 _COMPONENT = re.compile(r"[A-Za-z0-9._@+-]+")
 _LINE_FIELDS = ("msg_id", "role", "channel", "thread_id", "content", "timestamp", "tokens")
+_LEGACY_TRANSCRIPT = "transcript.jsonl"
+_SEGMENTS = "transcript/"
+_SEGMENT_NAME = re.compile(r"[0-9]{10}\.jsonl")
+_SEGMENT_SEQ_LIMIT = 10**10  # ten digits: beyond this, key order would stop being seq order
 
 
 def _check_component(name: str, value: str) -> None:
@@ -59,7 +70,7 @@ class SessionRef:
 
 @dataclass(frozen=True, slots=True)
 class TranscriptLine:
-    """One message of a transcript, stored as one JSON object per line of `transcript.jsonl`."""
+    """One message of a transcript, stored as one JSON object per line of a segment."""
 
     msg_id: str
     role: str
@@ -135,7 +146,7 @@ def encode_lines(lines: Sequence[TranscriptLine]) -> bytes:
 
 
 def parse_transcript(data: bytes) -> list[TranscriptLine]:
-    """Parse the bytes of a `transcript.jsonl` (or a pre-compact archive) back into lines."""
+    """Parse a whole transcript (`read_transcript`), a segment or a pre-compact archive."""
     # Split on b"\n" rather than str.splitlines(), which also splits on characters JSON allows.
     return [TranscriptLine.from_json(raw.decode("utf-8")) for raw in data.split(b"\n") if raw]
 
@@ -152,9 +163,56 @@ def user_prefix(org_id: str, user_id: str) -> str:
     return f"sessions/{org_id}/{user_id}/"
 
 
-def transcript_key(ref: SessionRef) -> str:
-    """Return the key of the session's append-only `transcript.jsonl`."""
-    return session_prefix(ref) + "transcript.jsonl"
+def legacy_transcript_key(ref: SessionRef) -> str:
+    """Return the key of the `transcript.jsonl` that earlier versions grew in place.
+
+    Nothing writes it any more; `read_transcript` reads it before the segments.
+    """
+    return session_prefix(ref) + _LEGACY_TRANSCRIPT
+
+
+def transcript_segments_prefix(ref: SessionRef) -> str:
+    """Return `sessions/{org}/{user}/{session}/transcript/`, the folder of the segments."""
+    return session_prefix(ref) + _SEGMENTS
+
+
+def transcript_segment_key(ref: SessionRef, first_seq: int) -> str:
+    """Return the key of the segment whose first line has sequence number `first_seq` (>= 1)."""
+    if (
+        isinstance(first_seq, bool)
+        or not isinstance(first_seq, int)
+        or not 1 <= first_seq < _SEGMENT_SEQ_LIMIT
+    ):
+        raise StorageError(
+            f"first_seq must be an integer from 1 to {_SEGMENT_SEQ_LIMIT - 1}, got {first_seq!r}"
+        )
+    return f"{transcript_segments_prefix(ref)}{first_seq:010d}.jsonl"
+
+
+def transcript_keys(ref: SessionRef, keys: Iterable[str]) -> list[str]:
+    """Pick the keys that make up the session's transcript out of `keys`, in reading order.
+
+    The legacy `transcript.jsonl` comes first (it holds what was written before segments),
+    then the segments in key order; every other key (archives, compactions, files, temporary
+    or foreign names under `transcript/`) is left out.
+    """
+    listed = set(keys)
+    legacy = legacy_transcript_key(ref)
+    segments_prefix = transcript_segments_prefix(ref)
+    segments = sorted(
+        key
+        for key in listed
+        if key.startswith(segments_prefix)
+        and _SEGMENT_NAME.fullmatch(key.removeprefix(segments_prefix))
+    )
+    return ([legacy] if legacy in listed else []) + segments
+
+
+def join_transcript(parts: Iterable[bytes]) -> bytes:
+    """Concatenate the legacy transcript and segments into one JSONL document."""
+    # Every part written by this module ends in a newline; a legacy object cut short by a crash
+    # mid-append may not, and gluing the next segment onto its torn line would spoil both.
+    return b"".join(part if part.endswith(b"\n") else part + b"\n" for part in parts if part)
 
 
 def _check_number(n: int) -> None:
@@ -181,28 +239,24 @@ def check_key(key: str) -> None:
         raise StorageError("invalid transcript store key", key=key)
 
 
-class KeyedLocks:
-    """One `asyncio.Lock` per key, dropped once nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        # Weak values: a lock lives while a coroutine references it, so the map stays as small
-        # as the number of keys in use instead of growing with every session ever seen.
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-
-    def for_key(self, key: str) -> asyncio.Lock:
-        """Return the lock for `key`; keep a reference to it while you use it."""
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[key] = lock
-        return lock
-
-
 class TranscriptStore(Protocol):
     """Where transcripts and their archives live; keys follow the layout in this module."""
 
-    async def append_lines(self, ref: SessionRef, lines: Sequence[TranscriptLine]) -> None:
-        """Append lines to the session's `transcript.jsonl`, creating it when needed."""
+    async def append_lines(
+        self, ref: SessionRef, lines: Sequence[TranscriptLine], *, first_seq: int
+    ) -> None:
+        """Write `lines` as the segment named by `first_seq`, the first line's sequence number.
+
+        One write, whatever the transcript's length. Writing the same batch again (a retry)
+        replaces the segment with the same bytes; no lines is a no-op.
+        """
+        ...
+
+    async def read_transcript(self, ref: SessionRef) -> bytes:
+        """Return the whole transcript as JSONL: the legacy object, then every segment in order.
+
+        A session without a transcript reads as empty bytes.
+        """
         ...
 
     async def write_archive(self, key: str, data: bytes) -> StoredObject:
@@ -243,7 +297,6 @@ class LocalTranscriptStore:
     def __init__(self, root: Path) -> None:
         """Use `root` (created on demand) as the folder that holds the `sessions/` tree."""
         self._root = root.resolve()
-        self._locks = KeyedLocks()
 
     def _path(self, key: str) -> Path:
         """Map a key to its path; refuse one that resolves outside root (e.g. via a symlink)."""
@@ -253,30 +306,45 @@ class LocalTranscriptStore:
             raise StorageError("key resolves outside the transcript folder", key=key)
         return path
 
-    async def append_lines(self, ref: SessionRef, lines: Sequence[TranscriptLine]) -> None:
-        """Append lines with one write + fsync, serialised per transcript in this process."""
-        if not lines:
-            return
-        key = transcript_key(ref)
-        data = encode_lines(lines)
-        # O_APPEND already keeps whole writes apart; the lock also orders the fsyncs, so an
-        # append that returned is durable before the next one starts.
-        async with self._locks.for_key(key):
-            await asyncio.to_thread(self._append_sync, key, data)
+    async def append_lines(
+        self, ref: SessionRef, lines: Sequence[TranscriptLine], *, first_seq: int
+    ) -> None:
+        """Write the segment atomically (temporary file, fsync, rename), then fsync its folder."""
+        key = transcript_segment_key(ref, first_seq)
+        if lines:
+            await asyncio.to_thread(self._write_segment_sync, key, encode_lines(lines))
 
-    def _append_sync(self, key: str, data: bytes) -> None:
+    def _write_segment_sync(self, key: str, data: bytes) -> None:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            created = not path.exists()
-            with path.open("ab") as file:
+            fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX)
+        except OSError as exc:
+            raise StorageError(f"cannot write transcript segment: {exc}", key=key) from exc
+        try:
+            with os.fdopen(fd, "wb") as file:
                 file.write(data)
                 file.flush()
                 os.fsync(file.fileno())
-            if created:
-                _fsync_dir(path.parent)
+            # A reader sees the whole segment or none of it; a retry of the same batch replaces
+            # it with the same bytes (rename replaces, unlike the archives' link).
+            os.replace(tmp_name, path)
+            _fsync_dir(path.parent)
         except OSError as exc:
-            raise StorageError(f"cannot append to transcript: {exc}", key=key) from exc
+            raise StorageError(f"cannot write transcript segment: {exc}", key=key) from exc
+        finally:
+            Path(tmp_name).unlink(missing_ok=True)  # left only when the rename did not happen
+
+    async def read_transcript(self, ref: SessionRef) -> bytes:
+        """Read the legacy file, then the segments in key order, in one worker thread."""
+        return await asyncio.to_thread(self._read_transcript_sync, ref)
+
+    def _read_transcript_sync(self, ref: SessionRef) -> bytes:
+        listed = self._list_sync(transcript_segments_prefix(ref))
+        legacy = legacy_transcript_key(ref)
+        if self._stat_sync(legacy) is not None:
+            listed.append(legacy)
+        return join_transcript(self._read_sync(key) for key in transcript_keys(ref, listed))
 
     async def write_archive(self, key: str, data: bytes) -> StoredObject:
         """Write `data` atomically under `key`; an existing object raises `ArchiveExistsError`."""

@@ -21,6 +21,7 @@ from gateway.admin import Administration, NotFoundError
 from gateway.cli import main
 from sessions.recall import RecallSearch
 from storage.models import Base
+from storage.transcripts import parse_transcript
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 from tests.fakes.slack_api import (
     SIGNING_SECRET,
@@ -135,10 +136,15 @@ async def test_export_of_a_user_holds_both_channels_and_nobody_elses_words(
     with zipfile.ZipFile(tmp_path / "alice.zip") as archive:
         names = archive.namelist()
         everything = "\n".join(archive.read(name).decode() for name in names)
+        (transcript_name,) = [name for name in names if name.endswith("/transcript.jsonl")]
+        # The store's segments, joined in order into one file (not rebuilt from the database).
+        exported = parse_transcript(archive.read(transcript_name))
     assert summary["sessions"] == 1
     assert "memory_facts.json" in names
     assert any(name.endswith("/session.json") for name in names)
-    assert any(name.endswith("/transcript.jsonl") for name in names)
+    assert not any("/transcript/" in name for name in names)
+    assert [line.role for line in exported[:2]] == ["user", "assistant"]
+    assert len(exported) == listed[0]["message_count"]
     assert any("/archive/full_transcript_pre_compact_" in name for name in names)
     assert f"{ALICE_WORDS} on slack" in everything
     assert f"{ALICE_WORDS} (0)" in everything

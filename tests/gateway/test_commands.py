@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -31,7 +30,12 @@ from gateway.router import RoutingPolicy
 from storage.database import Database
 from storage.models import ExportLink, InboundEvent, Session, SessionChannel, SessionMessage
 from storage.repositories import OrganizationRepository, SessionRepository, UserRepository
-from storage.transcripts import LocalTranscriptStore
+from storage.transcripts import (
+    LocalTranscriptStore,
+    SessionRef,
+    TranscriptLine,
+    parse_transcript,
+)
 from tests.channels.test_teams_parse import APP_ID as TEAMS_APP_ID
 from tests.channels.test_teams_parse import CHANNEL as TEAMS_CHANNEL
 from tests.channels.test_teams_parse import TENANT as TEAMS_TENANT
@@ -108,9 +112,10 @@ def session_folder(tmp_path: Path, user: str, session_id: str) -> Path:
     return tmp_path / "transcripts" / "sessions" / "acme" / user / session_id
 
 
-def transcript_lines(tmp_path: Path, user: str, session_id: str) -> list[dict[str, Any]]:
-    path = session_folder(tmp_path, user, session_id) / "transcript.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+async def stored_transcript(tmp_path: Path, user: str, session_id: str) -> list[TranscriptLine]:
+    """The session's transcript as the gateway's local transcript store holds it."""
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    return parse_transcript(await store.read_transcript(SessionRef("acme", user, session_id)))
 
 
 async def test_help_lists_every_command(sqlite_gateway: RunningGateway) -> None:
@@ -186,9 +191,9 @@ async def test_new_archives_the_current_session_and_starts_a_new_one(
     assert [content for _, content in transcripts[third]][::2] == ["third topic"]
     for session_id in (first, second, third):
         assert len(transcripts[session_id]) == 2
-        lines = transcript_lines(tmp_path, "alice", session_id)
-        assert [line["role"] for line in lines] == ["user", "assistant"]
-        assert not any("new" in line["content"] for line in lines if line["role"] == "user")
+        lines = await stored_transcript(tmp_path, "alice", session_id)
+        assert [line.role for line in lines] == ["user", "assistant"]
+        assert not any("new" in line.content for line in lines if line.role == "user")
 
 
 async def test_sessions_lists_only_the_users_own_sessions_and_marks_the_current_one(
@@ -308,7 +313,7 @@ async def test_forget_asks_first_and_confirm_within_five_minutes_deletes_everyth
 
         asked = await alice.say("/forget")
         # Alice's turns run one at a time: the previous one wrote its transcript by now.
-        assert (session_folder(tmp_path, "alice", doomed) / "transcript.jsonl").exists()
+        assert await stored_transcript(tmp_path, "alice", doomed)
         assert asked["session_id"] == doomed
         assert f"permanently deletes session {doomed[:8]} and its 2 messages" in asked["text"]
         assert "/forget confirm" in asked["text"]
@@ -336,7 +341,7 @@ async def test_forget_asks_first_and_confirm_within_five_minutes_deletes_everyth
     assert "I can see 0 earlier message(s)" in fresh_reply["text"]
     assert list(bob_sessions) == [bobs]
     assert bob_messages == 2
-    assert (session_folder(tmp_path, "bob", bobs) / "transcript.jsonl").exists()
+    assert await stored_transcript(tmp_path, "bob", bobs)
 
 
 async def test_forget_confirm_after_five_minutes_is_refused(
@@ -361,7 +366,7 @@ async def test_forget_confirm_after_five_minutes_is_refused(
     assert sessions[kept].status == "active"
     assert sessions[kept].message_count == 4
     assert after["session_id"] == kept
-    assert (session_folder(tmp_path, "alice", kept) / "transcript.jsonl").exists()
+    assert await stored_transcript(tmp_path, "alice", kept)
 
 
 # --- where a command is asked: exports only in private, no DM details in shared places ------

@@ -34,6 +34,7 @@ from storage.models import (
     SessionMessage,
     User,
 )
+from storage.transcripts import LocalTranscriptStore, SessionRef
 from tests.channels.test_email_channel import deliver
 from tests.e2e.harness import RunningGateway, free_port, gateway_config, running_gateway
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
@@ -239,8 +240,10 @@ async def count_rows(gateway: RunningGateway, model: Any) -> int:
         return int(await db.scalar(select(func.count()).select_from(model)) or 0)
 
 
-def transcript_file(tmp_path: Path, user: str, session_id: str) -> Path:
-    return tmp_path / "transcripts" / "sessions" / "acme" / user / session_id / "transcript.jsonl"
+async def stored_transcript(tmp_path: Path, user: str, session_id: str) -> bytes:
+    """The session's transcript as the gateway's local transcript store holds it."""
+    store = LocalTranscriptStore(tmp_path / "transcripts")
+    return await store.read_transcript(SessionRef("acme", user, session_id))
 
 
 def assert_nothing_of_bob(text: str, bob_sessions: list[str], *, echoed: str = "") -> None:
@@ -357,7 +360,7 @@ async def test_alices_commands_on_the_web_never_reach_bobs_sessions(
     assert after[bobs_archived]["messages"][0] == ("user", BOB_WORDS)
     assert bob_again["session_id"] == bobs_current
     assert "I can see 2 earlier message(s)" in bob_again["text"]
-    assert transcript_file(tmp_path, "bob", bobs_archived).exists()
+    assert BOB_WORDS in (await stored_transcript(tmp_path, "bob", bobs_archived)).decode()
 
 
 @pytest.fixture

@@ -1,0 +1,430 @@
+"""Transcript appends on one long session: requests, bytes and time per append, early against
+late, on S3 (moto) and on the local folder store.
+
+The goal: an append costs the same for the 10,000th message of a session as for the 10th, in
+requests and bytes (`storage.transcripts`: one segment object per append, no read).
+
+For each backend it appends `--messages` messages to one session in batches of `--batch` (a
+turn appends the user's message and the answer together), every message `--chars` characters
+of content, and meters every append on its own (appends run one after another):
+
+- S3: moto in server mode, a process of its own on a free loopback port, fake credentials.
+  Every HTTP request botocore sends (retries included) is counted by boto3 event hooks on the
+  store's client: requests by operation, request bytes (header lines and the body's
+  Content-Length) and response bytes (the same), so the request line and TCP framing are not
+  included;
+- local: a temporary folder; the process's write and read system calls and bytes from
+  `/proc/self/io` (Linux only), all threads included. The fsyncs, renames and directory
+  operations are system calls that it does not count; the meter's own reads of
+  `/proc/self/io` are in the figures, and measured alone as `meter_overhead`;
+- both: milliseconds per append (the awaited `append_lines`).
+
+It reports the mean per append over an early window (appends `--early-start` to
+`--early-start + --window - 1`) and over the last `--window` appends, the late/early ratios,
+and ms p50/p95. Then it reads the whole transcript back once (`read_transcript`), checks that
+every line is there in order, and reports that read's time (and on S3 its requests).
+
+Run it:
+
+    .venv/bin/python bench/transcript_append.py
+    .venv/bin/python bench/transcript_append.py --messages 2000 --backends s3
+
+One JSON object goes to stdout, progress to stderr. The exit code is 1 when the goal is not met
+(a late append sends more requests or more than 1% more bytes than an early one), 2 when the
+benchmark could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+from benchkit import BenchError, progress
+from botocore.exceptions import BotoCoreError, ClientError
+
+from errors import StorageError
+from storage.s3_transcripts import S3TranscriptStore
+from storage.transcripts import (
+    LocalTranscriptStore,
+    SessionRef,
+    TranscriptLine,
+    TranscriptStore,
+    parse_transcript,
+)
+
+REGION = "us-east-1"
+BUCKET = "gateway-bench-transcripts"
+# Fake credentials and no shared AWS files: nothing on this machine can reach real AWS.
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+}
+AWS_ENV_REMOVED = ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+REF = SessionRef("acme", "alice", "bench-session")
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+BYTES_TOLERANCE = 1.01
+PROGRESS_EVERY = 1000  # appends
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSettings:
+    """The command line, validated."""
+
+    messages: int
+    batch: int
+    chars: int
+    window: int
+    early_start: int
+    backends: tuple[str, ...]
+
+
+Metrics = dict[str, float]
+
+
+# --- what is measured ---------------------------------------------------------------------
+
+
+class RequestMeter:
+    """Counts what an S3 client sends and receives, from boto3's event hooks."""
+
+    def __init__(self) -> None:
+        self.operations: Counter[str] = Counter()
+        self.request_bytes = 0
+        self.response_bytes = 0
+
+    def attach(self, boto_session: boto3.session.Session) -> None:
+        """Count every request of the S3 clients made from `boto_session` from now on
+        (botocore's retries each count)."""
+        boto_session.events.register("before-send.s3", self._sent)
+        boto_session.events.register("response-received.s3", self._received)
+
+    def _sent(self, request: Any, event_name: str, **_: Any) -> None:
+        self.operations[event_name.rsplit(".", 1)[-1]] += 1
+        self.request_bytes += _header_bytes(request.headers)
+        self.request_bytes += int(request.headers.get("Content-Length", 0) or 0)
+
+    def _received(self, response_dict: dict[str, Any] | None = None, **_: Any) -> None:
+        if response_dict is None:  # no answer (a connection error): nothing was received
+            return
+        headers = response_dict.get("headers", {})
+        self.response_bytes += _header_bytes(headers)
+        self.response_bytes += int(headers.get("content-length", 0) or 0)
+
+    def snapshot(self) -> Metrics:
+        """The totals so far."""
+        return {
+            "requests": float(sum(self.operations.values())),
+            "request_bytes": float(self.request_bytes),
+            "response_bytes": float(self.response_bytes),
+            **{f"op_{name}": float(count) for name, count in self.operations.items()},
+        }
+
+
+def _header_bytes(headers: Any) -> int:
+    """The size of the header lines as sent: `Name: value\\r\\n` each."""
+    return sum(len(str(name)) + len(_text(value)) + 4 for name, value in headers.items())
+
+
+def _text(value: Any) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+
+
+def process_io() -> Metrics:
+    """This process's system-call I/O so far (all threads), from `/proc/self/io`."""
+    try:
+        text = Path("/proc/self/io").read_text(encoding="ascii")
+    except OSError:
+        return {}
+    fields = dict(line.split(": ") for line in text.splitlines())
+    return {
+        "write_syscalls": float(fields["syscw"]),
+        "bytes_written": float(fields["wchar"]),
+        "read_syscalls": float(fields["syscr"]),
+        "bytes_read": float(fields["rchar"]),
+    }
+
+
+def meter_overhead(rounds: int = 50) -> Metrics:
+    """What measuring nothing shows: the meter's own reads of `/proc/self/io`."""
+    deltas: list[Metrics] = []
+    for _ in range(rounds):
+        before, after = process_io(), process_io()
+        deltas.append({name: after[name] - before[name] for name in after})
+    names = deltas[0].keys() if deltas else []
+    return {name: round(statistics.fmean(d[name] for d in deltas), 1) for name in names}
+
+
+def turn(first_seq: int, size: int, chars: int) -> list[TranscriptLine]:
+    """`size` messages from `first_seq` on, alternately the user's and the assistant's; every
+    line has the same length whatever its sequence number, so appends can be compared."""
+    return [
+        TranscriptLine(
+            msg_id=f"m{seq:010d}",
+            role="user" if (seq - first_seq) % 2 == 0 else "assistant",
+            channel="web",
+            thread_id=None,
+            content="x" * chars,
+            timestamp=T0,
+            tokens=chars // 4,
+        )
+        for seq in range(first_seq, first_seq + size)
+    ]
+
+
+async def append_all(
+    store: TranscriptStore, settings: BenchSettings, meter: Callable[[], Metrics], label: str
+) -> list[Metrics]:
+    """Append every batch in order; what each append cost."""
+    costs = []
+    for first_seq in range(1, settings.messages + 1, settings.batch):
+        size = min(settings.batch, settings.messages - first_seq + 1)
+        lines = turn(first_seq, size, settings.chars)
+        before = meter()
+        started = time.perf_counter()
+        await store.append_lines(REF, lines, first_seq=first_seq)
+        elapsed = time.perf_counter() - started
+        after = meter()
+        cost = {name: after[name] - before.get(name, 0.0) for name in after}
+        costs.append({"ms": elapsed * 1000, **cost})
+        if len(costs) % PROGRESS_EVERY == 0:
+            progress(f"{label}: {len(costs)} appends ({first_seq + size - 1} messages)")
+    return costs
+
+
+async def read_back(store: TranscriptStore, settings: BenchSettings) -> float:
+    """Read the whole transcript once and check it; the milliseconds it took."""
+    started = time.perf_counter()
+    data = await store.read_transcript(REF)
+    elapsed = time.perf_counter() - started
+    lines = parse_transcript(data)
+    expected = [f"m{seq:010d}" for seq in range(1, settings.messages + 1)]
+    if [line.msg_id for line in lines] != expected:
+        raise BenchError(f"the transcript read back has {len(lines)} lines, not 1..N in order")
+    return elapsed * 1000
+
+
+# --- summaries ----------------------------------------------------------------------------
+
+
+def window(costs: Sequence[Metrics], first: int, count: int) -> dict[str, Any]:
+    """Means per append over `costs[first:first + count]`, and the ms percentiles."""
+    chosen = costs[first : first + count]
+    names = sorted({name for cost in chosen for name in cost})
+    summary: dict[str, Any] = {"appends": [first + 1, first + len(chosen)]}
+    for name in names:
+        summary[name] = round(statistics.fmean(cost.get(name, 0.0) for cost in chosen), 3)
+    ms = sorted(cost["ms"] for cost in chosen)
+    summary["ms_p50"] = round(ms[len(ms) // 2], 3)
+    summary["ms_p95"] = round(ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))], 3)
+    return summary
+
+
+def compare(
+    costs: Sequence[Metrics], settings: BenchSettings, keys: Sequence[str]
+) -> dict[str, Any]:
+    """The early and late windows, and late/early for `keys` and ms."""
+    early = window(costs, settings.early_start - 1, settings.window)
+    late = window(costs, len(costs) - settings.window, settings.window)
+    ratios = {}
+    for name in [*keys, "ms"]:
+        if early.get(name):
+            ratios[name] = round(late.get(name, 0.0) / early[name], 3)
+    return {"early": early, "late": late, "late_over_early": ratios}
+
+
+def goal_met(result: dict[str, Any], request_key: str | None, byte_keys: Sequence[str]) -> bool:
+    """Late appends send no more requests, and at most 1% more bytes, than early ones."""
+    early, late = result["early"], result["late"]
+    if request_key is not None and late.get(request_key, 0) > early.get(request_key, 0):
+        return False
+    return all(late.get(k, 0) <= early.get(k, 0) * BYTES_TOLERANCE for k in byte_keys)
+
+
+# --- the backends -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def moto_server(workdir: Path) -> Iterator[str]:
+    """moto in server mode as a process of its own on loopback; its URL, stopped at the end."""
+    port = free_port()
+    log_path = workdir / "moto.log"
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise BenchError(f"moto did not start:\n{tail}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def run_s3(settings: BenchSettings, workdir: Path) -> dict[str, Any]:
+    """Appends to S3 on moto, metered per request."""
+    for name in AWS_ENV_REMOVED:
+        os.environ.pop(name, None)
+    os.environ.update(FAKE_AWS_ENV)
+    with moto_server(workdir) as url:
+        boto_session = boto3.session.Session(region_name=REGION)
+        client = boto_session.client("s3", endpoint_url=url)
+        try:
+            client.create_bucket(Bucket=BUCKET)
+        except (ClientError, BotoCoreError) as exc:
+            raise BenchError(f"cannot create the bucket on moto: {exc}") from exc
+        finally:
+            client.close()
+        meter = RequestMeter()
+        meter.attach(boto_session)
+        store = S3TranscriptStore(BUCKET, endpoint_url=url, boto_session=boto_session)
+        try:
+            progress(f"s3: appending {settings.messages} messages on moto at {url}")
+            costs = await append_all(store, settings, meter.snapshot, "s3")
+            before = meter.snapshot()
+            read_ms = await read_back(store, settings)
+            read_requests = meter.snapshot()["requests"] - before["requests"]
+        finally:
+            store.close()
+    keys = ["requests", "request_bytes", "response_bytes"]
+    result = compare(costs, settings, keys)
+    result["read_transcript"] = {
+        "ms": round(read_ms, 1),
+        "requests": int(read_requests),
+        "segments": len(costs),
+    }
+    result["goal_met"] = goal_met(result, "requests", ["request_bytes", "response_bytes"])
+    return result
+
+
+async def run_local(settings: BenchSettings, workdir: Path) -> dict[str, Any]:
+    """Appends to the local folder store, metered by the process's system-call I/O."""
+    store = LocalTranscriptStore(workdir / "transcripts")
+    progress(f"local: appending {settings.messages} messages under {workdir}")
+    costs = await append_all(store, settings, process_io, "local")
+    read_ms = await read_back(store, settings)
+    keys = ["write_syscalls", "bytes_written", "read_syscalls", "bytes_read"]
+    result = compare(costs, settings, keys)
+    result["read_transcript"] = {"ms": round(read_ms, 1), "segments": len(costs)}
+    result["meter_overhead"] = meter_overhead()
+    if not process_io():
+        result["note"] = "/proc/self/io is not available: only time was measured"
+        result["goal_met"] = None
+    else:
+        result["goal_met"] = goal_met(result, "write_syscalls", ["bytes_written"])
+    return result
+
+
+async def run(settings: BenchSettings) -> dict[str, Any]:
+    """Every backend asked for, one after the other."""
+    result: dict[str, Any] = {
+        "settings": {
+            "messages": settings.messages,
+            "batch": settings.batch,
+            "chars": settings.chars,
+            "window": settings.window,
+            "early_start": settings.early_start,
+            "appends": -(-settings.messages // settings.batch),
+        },
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+    }
+    with tempfile.TemporaryDirectory(prefix="gateway-transcripts-") as folder:
+        for backend in settings.backends:
+            workdir = Path(folder) / backend
+            workdir.mkdir()
+            runner = run_s3 if backend == "s3" else run_local
+            result[backend] = await runner(settings, workdir)
+    return result
+
+
+def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        description="Transcript appends on one long session: requests, bytes, ms per append."
+    )
+    parser.add_argument("--messages", type=int, default=10_000, help="messages (10000)")
+    parser.add_argument("--batch", type=int, default=2, help="messages per append (2: a turn)")
+    parser.add_argument("--chars", type=int, default=300, help="characters per message (300)")
+    parser.add_argument("--window", type=int, default=50, help="appends per window (50)")
+    parser.add_argument(
+        "--early-start", type=int, default=10, help="first append of the early window (10)"
+    )
+    parser.add_argument("--backends", default="s3,local", help="comma-separated: s3, local (both)")
+    args = parser.parse_args(argv)
+    backends = tuple(name.strip() for name in args.backends.split(",") if name.strip())
+    if not backends or set(backends) - {"s3", "local"}:
+        parser.error("--backends: s3, local or both")
+    if min(args.messages, args.batch, args.window, args.early_start) < 1 or args.chars < 0:
+        parser.error("--messages, --batch, --window and --early-start must be positive")
+    appends = -(-args.messages // args.batch)
+    if args.early_start - 1 + args.window > appends - args.window:
+        parser.error(
+            f"{appends} appends are too few for an early window at {args.early_start} and a "
+            f"late window of {args.window} that do not overlap: raise --messages"
+        )
+    return BenchSettings(
+        messages=args.messages,
+        batch=args.batch,
+        chars=args.chars,
+        window=args.window,
+        early_start=args.early_start,
+        backends=backends,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; print the figures as JSON."""
+    settings = parse_settings(argv)
+    try:
+        result = asyncio.run(run(settings))
+    except (BenchError, StorageError) as exc:
+        progress(str(exc))
+        return 2
+    except KeyboardInterrupt:
+        progress("interrupted")
+        return 130
+    print(json.dumps(result, indent=2))
+    met = [result[backend]["goal_met"] for backend in settings.backends]
+    return 1 if False in met else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
