@@ -23,12 +23,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from channels.base import FILE_CHANNELS, ChannelMessage, ChannelType, FileToSend
 from gateway.identity import ResolvedUser
 from gateway.log import get_logger
-from gateway.router import RoutingPolicy, find_session
-from sessions.export import export_session
-from sessions.lifecycle import transition
-from storage.models import Session, SessionStatus
-from storage.repositories import ExportLinkRepository, SessionRepository
-from storage.transcripts import SessionRef, TranscriptStore
+from sessions.actions import (
+    SessionView,
+    current_session,
+    forget_session,
+    list_sessions,
+    resume_session,
+    session_channels,
+    session_export,
+    sessions_by_prefix,
+    start_new_session,
+)
+from sessions.routing import Arrival, RoutingPolicy
+from storage.repositories import ExportLinkRepository
+from storage.transcripts import TranscriptStore
 
 log = get_logger(__name__)
 
@@ -126,6 +134,7 @@ class CommandContext:
 
     db: AsyncSession
     user: ResolvedUser
+    arrival: Arrival
     message: ChannelMessage
     policy: RoutingPolicy
     history_budget_tokens: int
@@ -152,11 +161,8 @@ async def run_command(command: Command, context: CommandContext) -> CommandOutco
     return await handler(command, context)
 
 
-async def _current(context: CommandContext) -> Session | None:
-    route = await find_session(
-        context.db, context.user, context.message, context.policy, now=context.now
-    )
-    return route.session if route else None
+async def _current(context: CommandContext) -> SessionView | None:
+    return await current_session(context.db, context.arrival, context.policy, now=context.now)
 
 
 async def _help(_command: Command, _context: CommandContext) -> CommandOutcome:
@@ -164,30 +170,21 @@ async def _help(_command: Command, _context: CommandContext) -> CommandOutcome:
 
 
 async def _new(_command: Command, context: CommandContext) -> CommandOutcome:
-    sessions = SessionRepository(context.db)
-    current = await _current(context)
-    created = await sessions.create(
-        context.user.user_id,
-        context.user.org_id,
-        scope_channel=(
-            context.message.channel_type.value if context.policy.scope == "channel" else None
-        ),
-        at=context.now,
+    created, previous = await start_new_session(
+        context.db, context.arrival, context.policy, now=context.now
     )
-    if current is None:
+    if previous is None:
         return CommandOutcome(f"Started a new session ({short_id(created.id)}).", created.id)
-    if current.status == SessionStatus.ACTIVE.value:
-        transition(current, SessionStatus.ARCHIVED, at=context.now, reason="/new")
     return CommandOutcome(
         f"Started a new session ({short_id(created.id)}). The previous one "
-        f"({short_id(current.id)}, {current.message_count} messages) is archived; "
-        f"/resume {short_id(current.id)} brings it back.",
+        f"({short_id(previous.id)}, {previous.message_count} messages) is archived; "
+        f"/resume {short_id(previous.id)} brings it back.",
         created.id,
     )
 
 
 async def _sessions(_command: Command, context: CommandContext) -> CommandOutcome:
-    recent = await SessionRepository(context.db).list_for_user(context.user.user_id, limit=10)
+    recent = await list_sessions(context.db, context.user.user_id, limit=10)
     if not recent:
         return CommandOutcome("You have no sessions yet.")
     current = await _current(context)
@@ -214,24 +211,16 @@ async def _resume(command: Command, context: CommandContext) -> CommandOutcome:
             f"Say which session: /resume <id>, with at least {MIN_ID_PREFIX} characters "
             "of its id (see /sessions)."
         )
-    sessions = SessionRepository(context.db)
-    matches = await sessions.find_by_id_prefix(context.user.user_id, prefix.lower())
-    if not matches:
+    resumed = await resume_session(
+        context.db, context.arrival, context.policy, prefix, now=context.now
+    )
+    if resumed.outcome == "not_found":
         return CommandOutcome(f"You have no session starting with {prefix!r}; see /sessions.")
-    if len(matches) > 1:
-        return CommandOutcome(f"{prefix!r} matches {len(matches)} sessions; give more of the id.")
-    (target,) = matches
-    current = await _current(context)
-    if (
-        current is not None
-        and current.id != target.id
-        and current.status == SessionStatus.ACTIVE.value
-    ):
-        transition(current, SessionStatus.ARCHIVED, at=context.now, reason="/resume")
-    if target.status != SessionStatus.ACTIVE.value:
-        transition(target, SessionStatus.ACTIVE, at=context.now, reason="/resume")
-    target.last_active_at = context.now
-    target.current_since = context.now
+    if resumed.outcome == "ambiguous" or resumed.session is None:
+        return CommandOutcome(
+            f"{prefix!r} matches {resumed.matches} sessions; give more of the id."
+        )
+    target = resumed.session
     return CommandOutcome(
         f"Resumed session {short_id(target.id)} ({target.message_count} messages, "
         f"started {target.created_at:%Y-%m-%d %H:%M} UTC).",
@@ -243,7 +232,7 @@ async def _status(_command: Command, context: CommandContext) -> CommandOutcome:
     current = await _current(context)
     if current is None:
         return CommandOutcome("No active session: your next message starts one.")
-    channels = await SessionRepository(context.db).channels(current.id)
+    channels = await session_channels(context.db, current.id)
     if channels and not is_private_conversation(context.message):
         # Where else the user talks (their DMs, other channels) is not for this audience.
         places = f"{len(channels)} (listed only in a direct message)"
@@ -273,32 +262,30 @@ async def _status(_command: Command, context: CommandContext) -> CommandOutcome:
 
 
 async def _forget(command: Command, context: CommandContext) -> CommandOutcome:
-    current = await _current(context)
-    if current is None:
+    forgotten = await forget_session(
+        context.db,
+        context.arrival,
+        context.policy,
+        confirming=command.args.lower().startswith(("confirm", "yes")),
+        now=context.now,
+        window=FORGET_CONFIRMATION_WINDOW,
+        transcripts=context.transcripts,
+    )
+    session = forgotten.session
+    if forgotten.outcome == "no_session":
         return CommandOutcome("There is no active session to forget.")
-    confirming = command.args.lower().startswith(("confirm", "yes"))
-    requested = current.forget_requested_at
-    if not confirming:
-        current.forget_requested_at = context.now
+    if forgotten.outcome == "confirm" and session is not None:
         return CommandOutcome(
-            f"This permanently deletes session {short_id(current.id)} and its "
-            f"{current.message_count} messages. Send /forget confirm within 5 minutes to go ahead.",
-            current.id,
+            f"This permanently deletes session {short_id(session.id)} and its "
+            f"{session.message_count} messages. Send /forget confirm within 5 minutes to go ahead.",
+            session.id,
         )
-    if requested is None or context.now - requested > FORGET_CONFIRMATION_WINDOW:
-        return CommandOutcome("Nothing to confirm: send /forget first, then /forget confirm.")
-    transition(current, SessionStatus.DELETED, at=context.now, reason="/forget")
-    # The transcript store first: if it fails, the command fails (and is retried) before any
-    # row is gone, so the user is never told "deleted" while archives remain.
-    await context.transcripts.delete_session(
-        SessionRef(current.org_id, current.user_id, current.id)
-    )
-    await context.db.flush()
-    await SessionRepository(context.db).delete(current.id)
-    return CommandOutcome(
-        f"Deleted session {short_id(current.id)} and everything in it. "
-        "Your next message starts a new session."
-    )
+    if forgotten.outcome == "deleted" and session is not None:
+        return CommandOutcome(
+            f"Deleted session {short_id(session.id)} and everything in it. "
+            "Your next message starts a new session."
+        )
+    return CommandOutcome("Nothing to confirm: send /forget first, then /forget confirm.")
 
 
 def export_token_hash(token: str) -> str:
@@ -322,9 +309,7 @@ async def _export(command: Command, context: CommandContext) -> CommandOutcome:
     target = await _current(context)
     prefix = command.args.split()[0] if command.args.split() else ""
     if prefix:
-        matches = await SessionRepository(context.db).find_by_id_prefix(
-            context.user.user_id, prefix.lower()
-        )
+        matches = await sessions_by_prefix(context.db, context.user.user_id, prefix)
         if len(matches) != 1:
             return CommandOutcome(
                 f"{prefix!r} does not name exactly one of your sessions; see /sessions."
@@ -345,7 +330,9 @@ async def _export(command: Command, context: CommandContext) -> CommandOutcome:
     summary = f"Your export of session {short_id(target.id)} ({target.message_count} messages)"
     if context.message.channel_type not in FILE_CHANNELS:
         return CommandOutcome(f"{summary} is ready for 24 hours: {link}", target.id)
-    data = await export_session(context.db, target)
+    data = await session_export(context.db, target.id)
+    if data is None:
+        return CommandOutcome("There is no session to export yet.")
     attached = FileToSend(
         filename=f"session-{short_id(target.id)}.json",
         content_type="application/json",

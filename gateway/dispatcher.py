@@ -16,14 +16,12 @@ from __future__ import annotations
 import asyncio
 from contextlib import suppress
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from channels.base import ChannelMessage
 from errors import GatewayError
 from gateway.identity import IdentityResolver, ResolvedUser
 from gateway.locks import TurnLocks
 from gateway.log import get_logger
-from gateway.turns import TurnProcessor
+from gateway.turns import QueuedEvent, TurnProcessor
 from storage.database import Database
 from storage.repositories import InboxRepository
 
@@ -84,7 +82,7 @@ class Dispatcher:
                 else:
                     hints, self._hints = self._hints, set()
                     await self.schedule(sorted(hints))
-            except (GatewayError, SQLAlchemyError, OSError) as exc:
+            except (GatewayError, OSError) as exc:
                 log.error("dispatcher.schedule_failed", error=str(exc).splitlines()[0])
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(next_poll - loop.time(), 0.0))
@@ -135,7 +133,7 @@ class Dispatcher:
         try:
             async with self._resolve_slots:
                 user = await self._user_of(sender)
-        except (GatewayError, SQLAlchemyError, OSError) as exc:
+        except (GatewayError, OSError) as exc:
             log.error("dispatcher.resolve_failed", sender=sender, error=str(exc))
         finally:
             self._resolving.discard(sender)
@@ -181,7 +179,7 @@ class Dispatcher:
             async with self.database.session() as db:
                 event = await InboxRepository(db).get(event_id)
             if event is not None:
-                await self.processor.reject_unknown_sender(event)
+                await self.processor.reject_unknown_sender(QueuedEvent.of(event))
         return None
 
     async def _drain(self, user: ResolvedUser) -> None:
@@ -189,7 +187,7 @@ class Dispatcher:
             async with self._slots, self.locks.hold(f"user:{user.user_id}") as held:
                 if held:
                     await self._drain_held(user)
-        except (GatewayError, SQLAlchemyError, OSError) as exc:
+        except (GatewayError, OSError) as exc:
             # Typically the database going away; the events stay pending for the next pass.
             log.error("dispatcher.drain_failed", user_id=user.user_id, error=str(exc))
         finally:
@@ -204,7 +202,8 @@ class Dispatcher:
             # A few at a time: the batch is read under the lock, so it is still in order and
             # nobody else takes from it; each event is re-checked when its turn finishes it.
             async with self.database.session() as db:
-                events = await InboxRepository(db).next_pending(keys, limit=DRAIN_BATCH)
+                rows = await InboxRepository(db).next_pending(keys, limit=DRAIN_BATCH)
+            events = [QueuedEvent.of(row) for row in rows]
             if not events:
                 return
             for event in events:

@@ -21,9 +21,9 @@ from errors import ConfigError, GatewayError
 from gateway.config import load_config
 from gateway.identity import configured_identities, sync_identities
 from gateway.log import get_logger
-from gateway.router import RoutingPolicy
 from gateway.runtime import GatewayRuntime
 from gateway.settings import GatewayConfig
+from sessions.routing import RoutingPolicy
 from storage.repositories import UserRepository
 
 log = get_logger(__name__)
@@ -84,7 +84,9 @@ async def apply_config(runtime: GatewayRuntime, new: GatewayConfig) -> None:
         history_budget_tokens=new.sessions.history_budget_tokens,
         public_url=new.server.public_url or "",
     )
+    processor.service.routing = processor.settings.routing
     engine = runtime.engine
+    engine.organizations.clear()  # `sync_identities` wrote the organizations again
     engine.settings = dataclasses.replace(
         engine.settings,
         system_prompt=new.llm.system_prompt,

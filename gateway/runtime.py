@@ -27,7 +27,6 @@ from gateway.locks import TurnLocks, turn_locks_for
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxFeed, OutboxSender, SentReplies
-from gateway.router import RoutingPolicy, SessionThreads
 from gateway.settings import GatewayConfig, TranscriptsConfig
 from gateway.turns import TurnProcessor, TurnSettings
 from gateway.work_slots import WORK_SLOTS, WaitingLLM, WorkSlots
@@ -36,6 +35,8 @@ from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import EngineSettings, RecallSettings, SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from sessions.recall import RecallSearch, session_referenced
+from sessions.routing import RoutingPolicy, SessionThreads
+from sessions.turn import TurnService
 from storage.database import Database
 from storage.models import InboundEvent, InboundStatus, Session, SessionStatus, utcnow
 from storage.repositories import OutboxRepository
@@ -349,13 +350,26 @@ class GatewayRuntime:
             clock,
             on_archive_failed=metrics.archive_failures.inc,
         )
+        routing = RoutingPolicy(config.sessions.scope, config.sessions.archive_after)
+        service = TurnService(
+            database,
+            engine,
+            transcripts,
+            routing,
+            clock=clock,
+            reply_lease=outbox.policy.lease,
+            find_referenced=_reference_finder(database)
+            if config.recall.resume_by_reference
+            else None,
+            waiting=work_slots.waiting,
+        )
         processor = TurnProcessor(
             database,
+            service,
             transcripts,
-            engine,
             metrics,
             TurnSettings(
-                routing=RoutingPolicy(config.sessions.scope, config.sessions.archive_after),
+                routing=routing,
                 history_budget_tokens=config.sessions.history_budget_tokens,
                 pull_channels=frozenset({ChannelType.WEB.value}),
                 public_url=config.server.public_url or "",
@@ -364,9 +378,6 @@ class GatewayRuntime:
             send_reply=outbox.send_now,
             reply_lease=outbox.policy.lease,
             work_slots=work_slots,
-            find_referenced=_reference_finder(database)
-            if config.recall.resume_by_reference
-            else None,
         )
         # The dispatcher is built below (it needs the Slack channel's email lookup); the
         # inbox reaches it when the first message arrives.

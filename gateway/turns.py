@@ -1,47 +1,37 @@
-"""One turn: an inbound event becomes a transcript entry, a model call and exactly one reply.
+"""Turns as the gateway runs them: commands answered here, messages handed to `sessions`.
 
-Runs while the dispatcher holds the user's turn lock, so a user's turns never interleave. The
-turn is split so that a crash at any point is recoverable without duplicates:
-
-1. route the message and append it to the session (commit; the event remembers its `seq`);
-2. call the model with the session's context (no transaction open);
-3. append the answer, commit the reply to the outbox and finish the event, in one commit.
-
-A restart repeats only what did not commit: step 1 is skipped when the event has a `seq`.
+The dispatcher calls `TurnProcessor.process` for each event of a user's queue while it holds
+the user's turn lock. A chat command is answered here (`gateway.commands`); any other message
+becomes a `UserTurn` for `sessions.turn.TurnService`, which owns the turn from routing to the
+transcript and commits the reply; the reply is then handed to the outbox sender at once.
+A turn that fails is retried (up to three attempts), then apologised for, so one poisoned
+message never wedges a user's queue.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from channels.base import ChannelMessage, FileToSend
-from errors import LLMError, StorageError
 from gateway.commands import Command, CommandContext, parse_command, run_command
 from gateway.identity import ResolvedUser
 from gateway.log import bind_turn_context, clear_turn_context, get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import ATTACHMENT_KEY
-from gateway.router import RoutingPolicy, resolve_session
 from gateway.work_slots import WorkSlots
-from sessions.engine import SessionEngine
-from sessions.llm import estimate_tokens
+from sessions.routing import Arrival, RoutingPolicy
+from sessions.turn import ReplyAddress, TurnService, UserTurn, new_outbound_id
 from storage.database import Database
-from storage.models import InboundEvent, InboundStatus, SessionMessage
+from storage.models import InboundEvent, InboundStatus
 from storage.models import OutboundMessage as OutboundRow
-from storage.repositories import (
-    InboxRepository,
-    OutboxRepository,
-    SessionRepository,
-)
-from storage.transcripts import SessionRef, TranscriptLine, TranscriptStore
+from storage.repositories import InboxRepository, OutboxRepository
+from storage.transcripts import TranscriptStore
 
 log = get_logger(__name__)
 
@@ -49,15 +39,24 @@ UNKNOWN_SENDER_TEXT = (
     "Hello! You are not enabled to use this assistant yet. "
     "Please ask your administrator to add you."
 )
-LLM_APOLOGY_TEXT = (
-    "Sorry, I could not get an answer from the assistant just now. "
-    "Your message is saved; please try again in a moment."
-)
 FAILURE_APOLOGY_TEXT = (
     "Sorry, something went wrong while handling your message. The team has been notified."
 )
 REJECTION_INTERVAL = timedelta(hours=1)
 MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedEvent:
+    """An accepted message waiting in a user's queue."""
+
+    event_id: int
+    message: ChannelMessage
+
+    @classmethod
+    def of(cls, row: InboundEvent) -> QueuedEvent:
+        """The value of an inbox row."""
+        return cls(row.id, ChannelMessage.from_record(row.message))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +71,16 @@ class TurnSettings:
     public_url: str = ""
 
 
-def new_outbound_id() -> str:
-    """Our own id for a reply."""
-    return f"out-{uuid.uuid4().hex}"
+def arrival_of(message: ChannelMessage, user: ResolvedUser) -> Arrival:
+    """The message as session routing sees it."""
+    return Arrival(
+        user_id=user.user_id,
+        org_id=user.org_id,
+        channel_type=message.channel_type.value,
+        channel_id=message.channel_id,
+        thread_id=message.thread_id,
+        references=message.references,
+    )
 
 
 class TurnProcessor:
@@ -83,8 +89,8 @@ class TurnProcessor:
     def __init__(
         self,
         database: Database,
+        service: TurnService,
         transcripts: TranscriptStore,
-        engine: SessionEngine,
         metrics: GatewayMetrics,
         settings: TurnSettings,
         *,
@@ -92,13 +98,10 @@ class TurnProcessor:
         send_reply: Callable[[OutboundRow], None],
         reply_lease: timedelta,
         work_slots: WorkSlots,
-        find_referenced: Callable[[str, str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.database = database
-        # (user id, text) → an archived session the text clearly continues (resume by reference)
-        self.find_referenced = find_referenced
+        self.service = service
         self.transcripts = transcripts
-        self.engine = engine
         # Turns wait for the model concurrently but work (read and write the database, build
         # the context) a few at a time; the pool is sized for it (`GatewayRuntime.start`).
         self.work_slots = work_slots
@@ -111,38 +114,38 @@ class TurnProcessor:
         self.send_reply = send_reply
         self.reply_lease = reply_lease
 
-    async def process(self, event: InboundEvent, user: ResolvedUser) -> bool:
+    async def process(self, event: QueuedEvent, user: ResolvedUser) -> bool:
         """Answer one event; failures are retried up to three times, then apologised for.
 
         True when the event is finished; False when it failed and stays first in the user's
         queue for another attempt (nothing after it may be answered before it).
         """
-        message = ChannelMessage.from_record(event.message)
+        message = event.message
         bind_turn_context(user_id=user.user_id, channel=message.channel_type.value)
         started = time.perf_counter()
         try:
             async with self.work_slots.working():
                 try:
-                    await self._answer(event, message, user)
+                    await self._answer(event, user)
                 except Exception as exc:  # noqa: BLE001
                     # The boundary of one unit of work: whatever a turn fails with (a bug
                     # included) is logged with its traceback and counted; after MAX_ATTEMPTS the
                     # user gets an apology and the queue moves on, so one poisoned message can
                     # never wedge a user's queue.
-                    return await self._record_failure(event, message, user, exc)
+                    return await self._record_failure(event, user, exc)
                 return True
         finally:
             clear_turn_context()
             self.metrics.turn_latency.observe(time.perf_counter() - started)
 
-    async def reject_unknown_sender(self, event: InboundEvent) -> None:
+    async def reject_unknown_sender(self, event: QueuedEvent) -> None:
         """Refuse an event from a sender with no user: one polite message per hour at most."""
-        message = ChannelMessage.from_record(event.message)
+        message = event.message
         channel = message.channel_type.value
         now = self.clock()
         async with self.database.session() as db:
             if not await InboxRepository(db).finish(
-                event.id, InboundStatus.REJECTED, at=now, error="unknown sender"
+                event.event_id, InboundStatus.REJECTED, at=now, error="unknown sender"
             ):
                 return  # another worker handled it
             outbox = OutboxRepository(db)
@@ -152,7 +155,7 @@ class TurnProcessor:
             reply = None
             if not recently:
                 reply = await self._enqueue(
-                    db, message, UNKNOWN_SENDER_TEXT, event_id=event.id, kind="rejection"
+                    db, message, UNKNOWN_SENDER_TEXT, event_id=event.event_id, kind="rejection"
                 )
         self.metrics.messages_rejected.labels(channel, "unknown_sender").inc()
         log.warning(
@@ -165,152 +168,42 @@ class TurnProcessor:
         )
         self._send(reply)
 
-    async def _answer(
-        self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser
-    ) -> None:
+    async def _answer(self, event: QueuedEvent, user: ResolvedUser) -> None:
+        message = event.message
         command = parse_command(message)
-        if command is not None and event.appended_seq is None:
-            await self._run_command(event, message, user, command)
+        if command is not None:
+            await self._run_command(event, user, command)
             return
-        session_id, org_id = await self._append_user_message(event, message, user)
-        bind_turn_context(session_id=session_id)
-        started = time.perf_counter()
-        try:
-            outcome = await self.engine.run_turn(session_id, thread_id=message.thread_id)
-        except LLMError as exc:
-            log.error("llm.failed", error=str(exc))
-            await self._finish_with(
-                event,
-                message,
-                user,
-                LLM_APOLOGY_TEXT,
-                session_id=session_id,
-                status=InboundStatus.FAILED,
-                error=str(exc),
-            )
-            return
-        finally:
-            self.metrics.llm_latency.labels(self.engine.llm.name).observe(
-                time.perf_counter() - started
-            )
-        now = self.clock()
-        reply_id = new_outbound_id()
-        async with self.database.session() as db:
-            sessions = SessionRepository(db)
-            stored = []
-            for position, produced in enumerate(outcome.messages):
-                is_reply = position == len(outcome.messages) - 1
-                stored.append(
-                    await sessions.append_message(
-                        session_id,
-                        role=produced.role,
-                        channel_type=message.channel_type.value,
-                        thread_id=message.thread_id,
-                        content=produced.content,
-                        message_id=reply_id if is_reply else None,
-                        in_reply_to=message.message_id if is_reply else None,
-                        tokens=produced.tokens,
-                        at=now,
-                        # Tool calls and results are kept block by block, to be resent exactly.
-                        metadata={"blocks": list(produced.blocks)}
-                        if any(block.get("type") != "text" for block in produced.blocks)
-                        else None,
-                    )
-                )
-            await sessions.add_usage(
-                session_id,
-                input_tokens=outcome.input_tokens,
-                output_tokens=outcome.output_tokens,
-                context_tokens=outcome.context_tokens,
-            )
-            reply = await self._enqueue(
-                db,
-                message,
-                outcome.reply_text,
-                event_id=event.id,
-                user_id=user.user_id,
-                session_id=session_id,
-                outbound_id=reply_id,
-            )
-            await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
-        provider = self.engine.llm.name
-        self.metrics.llm_tokens.labels(provider, "input").inc(outcome.input_tokens)
-        self.metrics.llm_tokens.labels(provider, "output").inc(outcome.output_tokens)
-        if outcome.compacted:
-            self.metrics.compactions.inc()
-        log.info(
-            "turn.answered",
-            seq=stored[-1].seq,
-            input_tokens=outcome.input_tokens,
-            output_tokens=outcome.output_tokens,
-            compacted=outcome.compacted,
-        )
-        self._send(reply)
-        user_line = _line(
-            message.message_id,
-            "user",
-            message,
-            content=message.prompt_text(),
-            at=now,
-            tokens=estimate_tokens(message.prompt_text()),
-        )
-        await self._append_transcript(
-            SessionRef(org_id, user.user_id, session_id),
-            [user_line, *(_stored_line(row, message) for row in stored)],
-        )
-        try:
-            await self.engine.update_topic_if_due(
-                session_id, seq_before=stored[0].seq - 2, seq_after=stored[-1].seq
-            )
-        except LLMError as exc:
-            log.warning("session.topic_failed", error=str(exc))
-
-    async def _append_user_message(
-        self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser
-    ) -> tuple[str, str]:
-        if event.appended_seq is not None and event.session_id is not None:
-            return event.session_id, user.org_id  # step 1 committed before a restart
-        referenced = None
-        if self.find_referenced is not None and not message.thread_id and not message.references:
-            # Searched before the routing transaction: on SQLite a second transaction inside
-            # it would wait for its write lock.
-            referenced = await self.find_referenced(user.user_id, message.prompt_text())
-        now = self.clock()
-        async with self.database.session() as db:
-            route = await resolve_session(
-                db, user, message, self.settings.routing, now=now, referenced=referenced
-            )
-            sessions = SessionRepository(db)
-            text = message.prompt_text()
-            appended = await sessions.append_message(
-                route.session.id,
-                role="user",
-                channel_type=message.channel_type.value,
-                thread_id=message.thread_id,
-                content=text,
+        channel = message.channel_type.value
+        result = await self.service.answer(
+            UserTurn(
+                event_id=event.event_id,
+                arrival=arrival_of(message, user),
                 message_id=message.message_id,
-                tokens=estimate_tokens(text),
-                at=now,
+                text=message.prompt_text(),
+                reply_to=ReplyAddress(
+                    channel_type=channel,
+                    channel_id=message.channel_id,
+                    thread_id=message.thread_id,
+                    reply_context=message.reply_context,
+                    delivered_on_store=channel in self.settings.pull_channels,
+                ),
                 metadata=_message_metadata(message),
             )
-            await sessions.record_channel(
-                route.session.id,
-                message.channel_type.value,
-                message.channel_id,
-                "" if route.thread_taken else message.thread_id,
-                at=now,
-            )
-            if not await InboxRepository(db).mark_appended(
-                event.id, seq=appended.seq, session_id=route.session.id, user_id=user.user_id
-            ):
-                raise StorageError("inbound event vanished during its turn", key=str(event.id))
-        event.appended_seq, event.session_id = appended.seq, route.session.id
-        log.info("turn.started", session_id=route.session.id, route=route.reason, seq=appended.seq)
-        return route.session.id, route.session.org_id
+        )
+        provider = self.service.engine.llm.name
+        self.metrics.llm_latency.labels(provider).observe(result.model_seconds)
+        if result.outbound is None:
+            self.metrics.messages_out.labels(channel, "delivered").inc()
+        self.metrics.llm_tokens.labels(provider, "input").inc(result.input_tokens)
+        self.metrics.llm_tokens.labels(provider, "output").inc(result.output_tokens)
+        if result.compacted:
+            self.metrics.compactions.inc()
+        self._send(result.outbound)
+        await self.service.after_reply(result)
 
-    async def _run_command(
-        self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser, command: Command
-    ) -> None:
+    async def _run_command(self, event: QueuedEvent, user: ResolvedUser, command: Command) -> None:
+        message = event.message
         now = self.clock()
         async with self.database.session() as db:
             outcome = await run_command(
@@ -318,6 +211,7 @@ class TurnProcessor:
                 CommandContext(
                     db=db,
                     user=user,
+                    arrival=arrival_of(message, user),
                     message=message,
                     policy=self.settings.routing,
                     history_budget_tokens=self.settings.history_budget_tokens,
@@ -330,60 +224,37 @@ class TurnProcessor:
                 db,
                 message,
                 outcome.reply,
-                event_id=event.id,
+                event_id=event.event_id,
                 user_id=user.user_id,
                 session_id=outcome.session_id,
                 kind="command",
                 file=outcome.file,
             )
-            await InboxRepository(db).finish(event.id, InboundStatus.DONE, at=now)
+            await InboxRepository(db).finish(event.event_id, InboundStatus.DONE, at=now)
         self._send(reply)
 
-    async def _finish_with(
-        self,
-        event: InboundEvent,
-        message: ChannelMessage,
-        user: ResolvedUser,
-        text: str,
-        *,
-        session_id: str | None,
-        status: InboundStatus,
-        error: str,
-    ) -> None:
+    async def _record_failure(self, event: QueuedEvent, user: ResolvedUser, exc: Exception) -> bool:
+        log.exception("turn.failed", event_id=event.event_id, error=str(exc))
+        async with self.database.session() as db:
+            attempts = await InboxRepository(db).record_failure(event.event_id, str(exc)[:2000])
+        if attempts < MAX_ATTEMPTS:
+            return False
+        message = event.message
         async with self.database.session() as db:
             finished = await InboxRepository(db).finish(
-                event.id, status, at=self.clock(), error=error
+                event.event_id, InboundStatus.FAILED, at=self.clock(), error=str(exc)[:2000]
             )
             reply = None
             if finished:
                 reply = await self._enqueue(
                     db,
                     message,
-                    text,
-                    event_id=event.id,
+                    FAILURE_APOLOGY_TEXT,
+                    event_id=event.event_id,
                     user_id=user.user_id,
-                    session_id=session_id,
                     kind="notice",
                 )
         self._send(reply)
-
-    async def _record_failure(
-        self, event: InboundEvent, message: ChannelMessage, user: ResolvedUser, exc: Exception
-    ) -> bool:
-        log.exception("turn.failed", event_id=event.id, error=str(exc))
-        async with self.database.session() as db:
-            attempts = await InboxRepository(db).record_failure(event.id, str(exc)[:2000])
-        if attempts < MAX_ATTEMPTS:
-            return False
-        await self._finish_with(
-            event,
-            message,
-            user,
-            FAILURE_APOLOGY_TEXT,
-            session_id=event.session_id,
-            status=InboundStatus.FAILED,
-            error=str(exc)[:2000],
-        )
         return True
 
     async def _enqueue(
@@ -396,7 +267,6 @@ class TurnProcessor:
         user_id: str | None = None,
         session_id: str | None = None,
         kind: str = "reply",
-        outbound_id: str | None = None,
         file: FileToSend | None = None,
     ) -> OutboundRow | None:
         """Add a reply to the outbox in the caller's transaction; the row to send once that
@@ -407,7 +277,7 @@ class TurnProcessor:
         now = self.clock()
         row = await OutboxRepository(db).enqueue(
             delivered=delivered,
-            message_id=outbound_id or new_outbound_id(),
+            message_id=new_outbound_id(),
             channel_type=message.channel_type.value,
             channel_id=message.channel_id,
             thread_id=message.thread_id,
@@ -430,41 +300,6 @@ class TurnProcessor:
         """Hand a committed reply to the outbox sender."""
         if reply is not None:
             self.send_reply(reply)
-
-    async def _append_transcript(self, ref: SessionRef, lines: list[TranscriptLine]) -> None:
-        # The database is the record; the transcript file is its mirror for archives and
-        # exports, rebuilt from the database at PreCompact time, so a failure here only logs.
-        try:
-            async with self.work_slots.waiting():
-                await self.transcripts.append_lines(ref, lines)
-        except StorageError as exc:
-            log.warning("transcript.append_failed", error=str(exc))
-
-
-def _line(
-    msg_id: str, role: str, message: ChannelMessage, *, content: str, at: datetime, tokens: int
-) -> TranscriptLine:
-    return TranscriptLine(
-        msg_id=msg_id,
-        role=role,
-        channel=message.channel_type.value,
-        thread_id=message.thread_id or None,
-        content=content,
-        timestamp=at,
-        tokens=tokens,
-    )
-
-
-def _stored_line(row: SessionMessage, message: ChannelMessage) -> TranscriptLine:
-    blocks = row.metadata_json.get("blocks")
-    return _line(
-        row.message_id or f"seq-{row.seq}",
-        row.role,
-        message,
-        content=json.dumps(blocks) if blocks else row.content,
-        at=row.created_at,
-        tokens=row.tokens,
-    )
 
 
 def _message_metadata(message: ChannelMessage) -> dict[str, object]:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import LLMError, StorageError
 from sessions.compaction import CompactionPolicy, Compactor, as_history
@@ -22,10 +23,12 @@ from sessions.context import (
     AssembledContext,
     ContextInputs,
     EarlierExcerpt,
+    HistoryMessage,
     RecentConversation,
     assemble,
     history_text,
 )
+from sessions.context_cache import HistoryCache, MemoryCache, OrganizationCache
 from sessions.llm import (
     ContentBlock,
     LLMClient,
@@ -51,15 +54,9 @@ from sessions.recall import (
     run_search_tool,
 )
 from storage.database import Database
-from storage.models import SessionMessage as SessionMessageRow
+from storage.models import Session as SessionRow
 from storage.models import SessionSummary as SessionSummaryRow
-from storage.repositories import (
-    CompactionRepository,
-    MemoryRepository,
-    OrganizationRepository,
-    SessionRepository,
-    SummaryRepository,
-)
+from storage.repositories import SessionRepository, SummaryRepository
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -67,6 +64,7 @@ COMPACTION_NOTICE = "(Older messages of this conversation were summarised to mak
 SUGGEST_NEW_NOTICE = "(This conversation has been going on for a while: send /new to start fresh.)"
 MAX_TOOL_ROUNDS = 5
 MAX_MEMORY_FACTS = 50
+TOPIC_MESSAGES = 30  # the latest messages a topic is written from
 TOPIC_SYSTEM = (
     "Describe the topic of this conversation. Answer with JSON only: "
     '{"summary": "<one sentence>", "topics": ["<3 to 5 keywords>"]}'
@@ -133,6 +131,23 @@ class TurnOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextReads:
+    """What a turn's context is made of, as read from the database (and its caches)."""
+
+    session_id: str
+    user_id: str
+    session_started: datetime
+    org_name: str
+    org_context: str
+    facts: tuple[str, ...]
+    recent: tuple[SessionSummary, ...]
+    compaction_summary: str | None
+    after_seq: int
+    history: tuple[HistoryMessage, ...]
+    thread_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class LoadedContext:
     """A turn's assembled context and the session facts read along with it."""
 
@@ -141,6 +156,7 @@ class LoadedContext:
     session_started: datetime
     user_id: str
     recall_exclusions: RecallExclusions = field(default_factory=RecallExclusions)
+    session_id: str = ""
 
 
 class TokenEstimator:
@@ -192,24 +208,127 @@ class SessionEngine:
             tools = (Tool(SEARCH_TOOL, self._search_past_conversations), *tools)
         self.tools = {tool.spec.name: tool for tool in tools}
         self.tokens = TokenEstimator()
+        # What a turn reads of the database that rarely changes, kept between turns and
+        # checked against the rows that say when it changed (`sessions.context_cache`).
+        self.histories = HistoryCache()
+        self.organizations = OrganizationCache()
+        self.memories = MemoryCache(
+            MAX_MEMORY_FACTS, self.settings.retention.hot_limit, self.settings.retention
+        )
 
-    async def run_turn(self, session_id: str, *, thread_id: str = "") -> TurnOutcome:
-        """Answer the session's latest user message; raises `LLMError` if the model fails."""
-        loaded = await self._context(session_id, thread_id)
+    async def read_context(
+        self,
+        db: AsyncSession,
+        session: SessionRow,
+        *,
+        thread_id: str = "",
+        pending: HistoryMessage | None = None,
+    ) -> ContextReads:
+        """What the session's next turn's context is made of, read in the caller's
+        transaction (finish it with `context_from`, outside the transaction: recall searches
+        in a transaction of its own, which on SQLite would wait for the caller's).
+
+        `pending` is the user message the turn answers, not stored yet (the turn stores it
+        with the answer): it is the last message of the history and the recall query.
+        """
+        now = self.clock()
+        history = await self.histories.read(db, session)
+        organization = await self.organizations.get(db, session.org_id)
+        facts, summaries = await self.memories.read(db, session.user_id, now)
+        hot = self.settings.retention.select(
+            [
+                SessionSummary(s.session_id, s.summary, s.created_at)
+                for s in summaries
+                if s.session_id != session.id
+            ],
+            now,
+        )
+        return ContextReads(
+            session_id=session.id,
+            user_id=session.user_id,
+            session_started=session.created_at,
+            org_name=organization.name if organization else session.org_id,
+            org_context=organization.context if organization else "",
+            facts=facts,
+            recent=tuple(hot),
+            compaction_summary=history.summary,
+            after_seq=history.after_seq,
+            history=(*history.messages, *((pending,) if pending is not None else ())),
+            thread_id=thread_id,
+        )
+
+    async def context_from(self, reads: ContextReads) -> LoadedContext:
+        """The assembled context of `reads`, with recall's passages of earlier conversations."""
+        exclusions = RecallExclusions(
+            session_id=reads.session_id,
+            after_seq=reads.after_seq,
+            summary_sessions=frozenset(s.session_id for s in reads.recent),
+        )
+        earlier = await self._recall_earlier(reads.user_id, reads.history, exclusions)
+        inputs = ContextInputs(
+            system_prompt=self.settings.system_prompt,
+            org_name=reads.org_name,
+            org_context=reads.org_context,
+            memory_facts=list(reads.facts),
+            recent_conversations=[
+                RecentConversation(s.session_id, s.created_at, s.summary) for s in reads.recent
+            ],
+            compaction_summary=reads.compaction_summary,
+            history=reads.history,
+            thread_id=reads.thread_id,
+            earlier_conversations=earlier,
+        )
+        context = assemble(
+            inputs,
+            budget_tokens=self.settings.compaction.budget_tokens,
+            max_tokens=self.settings.max_tokens,
+            tools=tuple(tool.spec for tool in self.tools.values()),
+        )
+        return LoadedContext(
+            context,
+            len(reads.history),
+            reads.session_started,
+            reads.user_id,
+            exclusions,
+            reads.session_id,
+        )
+
+    async def load_context(
+        self, session_id: str, *, thread_id: str = "", pending: HistoryMessage | None = None
+    ) -> LoadedContext:
+        """The context of the session's next turn, read in a transaction of its own."""
+        async with self.database.session() as db:
+            session = await SessionRepository(db).get(session_id)
+            if session is None:
+                raise StorageError("the session does not exist", key=session_id)
+            reads = await self.read_context(db, session, thread_id=thread_id, pending=pending)
+        return await self.context_from(reads)
+
+    async def reply(
+        self, loaded: LoadedContext, *, thread_id: str = "", pending: HistoryMessage | None = None
+    ) -> TurnOutcome:
+        """Answer the turn whose context is `loaded`; raises `LLMError` if the model fails.
+
+        Compacts first (PreCompact archive, then the summary) when the history has grown past
+        the trigger, and reads the context again after it.
+        """
         context = loaded.context
         policy = self.settings.compaction
         compacted = False
         if policy.needed(
             self.tokens.estimate(context.history_tokens), loaded.messages_since_compaction
         ):
-            compacted = await self.compactor.compact(session_id) is not None
+            compacted = await self.compactor.compact(loaded.session_id) is not None
             if compacted:
-                context = (await self._context(session_id, thread_id)).context
+                self.memories.forget(loaded.user_id)  # compaction may have written facts
+                context = (
+                    await self.load_context(loaded.session_id, thread_id=thread_id, pending=pending)
+                ).context
         if context.dropped_messages:
             # Only when compaction could not run and the history is over the whole budget.
             log.warning(
                 "context.messages_left_out",
-                session_id=session_id,
+                session_id=loaded.session_id,
                 count=context.dropped_messages,
             )
         messages, response, input_tokens, output_tokens = await self._call_with_tools(
@@ -235,61 +354,11 @@ class SessionEngine:
         self, session_id: str, thread_id: str = ""
     ) -> tuple[AssembledContext, int]:
         """The context of the next turn, and how many messages came since the last compaction."""
-        loaded = await self._context(session_id, thread_id)
+        loaded = await self.load_context(session_id, thread_id=thread_id)
         return loaded.context, loaded.messages_since_compaction
 
-    async def _context(self, session_id: str, thread_id: str) -> LoadedContext:
-        now = self.clock()
-        async with self.database.session() as db:
-            sessions = SessionRepository(db)
-            session = await sessions.get(session_id)
-            if session is None:
-                raise StorageError("the session does not exist", key=session_id)
-            latest = await CompactionRepository(db).latest(session_id)
-            after = latest.last_message_seq if latest else 0
-            rows = await sessions.messages(
-                session_id, after_seq=after, through_seq=session.last_seq
-            )
-            organization = await OrganizationRepository(db).get(session.org_id)
-            facts = await MemoryRepository(db).facts(session.user_id, limit=MAX_MEMORY_FACTS)
-            summaries = await SummaryRepository(db).recent(
-                session.user_id,
-                since=self.settings.retention.cutoff(now),
-                exclude_session_id=session_id,
-                limit=self.settings.retention.hot_limit,
-            )
-        hot = self.settings.retention.select(
-            [SessionSummary(s.session_id, s.summary, s.created_at) for s in summaries], now
-        )
-        exclusions = RecallExclusions(
-            session_id=session_id,
-            after_seq=after,
-            summary_sessions=frozenset(s.session_id for s in hot),
-        )
-        earlier = await self._recall_earlier(session.user_id, rows, exclusions)
-        inputs = ContextInputs(
-            system_prompt=self.settings.system_prompt,
-            org_name=organization.name if organization else session.org_id,
-            org_context=organization.context if organization else "",
-            memory_facts=[fact.fact for fact in reversed(facts)],
-            recent_conversations=[
-                RecentConversation(s.session_id, s.created_at, s.summary) for s in hot
-            ],
-            compaction_summary=latest.summary if latest else None,
-            history=as_history(rows),
-            thread_id=thread_id,
-            earlier_conversations=earlier,
-        )
-        context = assemble(
-            inputs,
-            budget_tokens=self.settings.compaction.budget_tokens,
-            max_tokens=self.settings.max_tokens,
-            tools=tuple(tool.spec for tool in self.tools.values()),
-        )
-        return LoadedContext(context, len(rows), session.created_at, session.user_id, exclusions)
-
     async def _recall_earlier(
-        self, user_id: str, rows: Sequence[SessionMessageRow], exclusions: RecallExclusions
+        self, user_id: str, rows: Sequence[HistoryMessage], exclusions: RecallExclusions
     ) -> tuple[EarlierExcerpt, ...]:
         """Passages of earlier conversations for the latest user message, within the cap.
 
@@ -388,28 +457,25 @@ class SessionEngine:
         log.info("tool.ran", tool=name)
         return {**result, "content": output}
 
-    async def update_topic_if_due(
-        self, session_id: str, *, seq_before: int, seq_after: int
-    ) -> bool:
-        """Refresh the topic summary when the turn (which took the session's message numbers
-        from `seq_before` to `seq_after`) passed a multiple of `topic_every_messages`."""
+    async def update_topic_if_due(self, session_id: str, *, first_seq: int, last_seq: int) -> bool:
+        """Refresh the topic summary when the turn, which stored the session's messages
+        `first_seq` to `last_seq`, passed a multiple of `topic_every_messages`."""
         every = self.settings.topic_every_messages
-        if seq_after // every == seq_before // every:
+        if last_seq // every == (first_seq - 1) // every:
             return False
-        async with self.database.session() as db:
-            session = await SessionRepository(db).get(session_id)
-            if session is None:
-                return False
-            recent = await SessionRepository(db).messages(
-                session_id, after_seq=max(session.last_seq - 30, 0), through_seq=session.last_seq
-            )
+        # The turn just extended the cached history; the database only when it is not there.
+        recent = self.histories.recent(session_id, through_seq=last_seq, count=TOPIC_MESSAGES)
+        if recent is None:
+            async with self.database.session() as db:
+                rows = await SessionRepository(db).messages(
+                    session_id, after_seq=max(last_seq - TOPIC_MESSAGES, 0), through_seq=last_seq
+                )
+            recent = tuple(as_history(rows))
         response = await self.llm.complete(
             LLMRequest(
                 system=TOPIC_SYSTEM,
                 messages=(
-                    LLMMessage(
-                        "user", f"<transcript>\n{history_text(as_history(recent))}\n</transcript>"
-                    ),
+                    LLMMessage("user", f"<transcript>\n{history_text(recent)}\n</transcript>"),
                 ),
                 max_tokens=200,
                 purpose="topic",
@@ -419,10 +485,7 @@ class SessionEngine:
         if not summary:
             return False
         async with self.database.session() as db:
-            session = await SessionRepository(db).get(session_id)
-            if session is not None:
-                session.topic_summary = summary
-                session.topics = topics
+            await SessionRepository(db).set_topic(session_id, summary, topics)
         log.info("session.topic_updated", session_id=session_id, topics=topics)
         return True
 
@@ -454,6 +517,7 @@ class SessionEngine:
                 await remember_facts(
                     db, session.user_id, facts, source_session_id=session.id, at=now
                 )
+            self.memories.forget(session.user_id)
             log.info("session.summarised", session_id=session.id, facts=len(facts))
             written += 1
         return written

@@ -464,6 +464,14 @@ class SessionRepository:
         result = await self.session.execute(statement)
         return list(result.scalars())
 
+    async def set_topic(self, session_id: str, summary: str, topics: Sequence[str]) -> None:
+        """Replace the session's topic summary and keywords."""
+        await self.session.execute(
+            update(Session)
+            .where(Session.id == session_id)
+            .values(topic_summary=summary, topics=list(topics))
+        )
+
     async def delete(self, session_id: str) -> bool:
         """Delete the session and, by cascade, its channels, messages and compactions."""
         result = await self.session.execute(delete(Session).where(Session.id == session_id))

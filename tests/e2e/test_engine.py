@@ -100,7 +100,8 @@ async def test_crossing_the_budget_compacts_with_the_archive_written_first(
     assert len(stored) == 2 * (n + 1)  # nothing leaves the database
     archive = store / compaction.archive_ref
     assert archive.name == "full_transcript_pre_compact_001.jsonl"
-    assert len(archive.read_text().splitlines()) == 2 * n - 1  # all messages before the call
+    # Every stored message: the message of the compacting turn is stored with its answer.
+    assert len(archive.read_text().splitlines()) == 2 * (n - 1)
     assert (archive.parent.parent / "compact_001.json").exists()
 
     last = fake_api.replies[-1]

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from storage.database import Database
-from storage.models import InboundEvent, OutboundMessage, SessionMessage
+from storage.models import InboundEvent, OutboundMessage, Session, SessionMessage
 from tests.e2e.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,10 +155,13 @@ async def test_a_turn_killed_midway_is_answered_once_after_restart(
     processes.append(first)
     database = Database(database_url)
 
-    async def user_message_stored() -> bool:
+    async def turn_waiting_on_the_model() -> bool:
+        # The turn has routed the message to a new session; it stores nothing before the
+        # model's answer, so the session is still empty.
         async with database.session() as db:
-            rows = (await db.execute(select(SessionMessage.role))).scalars()
-            return list(rows) == ["user"]
+            sessions = list((await db.execute(select(Session.id))).scalars())
+            rows = list((await db.execute(select(SessionMessage.role))).scalars())
+        return len(sessions) == 1 and rows == []
 
     async with httpx.AsyncClient(timeout=10) as client:
         response = await client.post(
@@ -166,7 +169,7 @@ async def test_a_turn_killed_midway_is_answered_once_after_restart(
             json={"user": "alice", "text": "survive this", "message_id": "k1"},
         )
         assert response.status_code == 202
-        await wait_for(user_message_stored)  # the turn is now waiting on the model
+        await wait_for(turn_waiting_on_the_model)
         first.kill(signal.SIGKILL)
 
         second = GatewayProcess(config, port, tmp_path).start()

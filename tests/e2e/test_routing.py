@@ -190,19 +190,25 @@ async def test_a_turn_cut_short_at_shutdown_is_answered_after_the_restart(tmp_pa
     async with running_gateway(gateway_config(url, tmp_path, llm={"offline_latency": "1h"})) as gw:
         await gw.post("alice", "are you there?", message_id="s1")
         for _ in range(100):
-            if (await session_rows(gw)) and (await messages_of(gw, (await session_rows(gw))[0].id)):
+            if await session_rows(gw):
                 break
             await asyncio.sleep(0.05)
         await gw.runtime.dispatcher.stop(grace=0.2)  # the model is still "thinking"
         async with gw.runtime.database.session() as db:
             (event,) = (await db.execute(select(InboundEvent))).scalars()
-        assert (event.status, event.appended_seq) == ("pending", 1)
+        (session,) = await session_rows(gw)
+        # Nothing of the turn is stored before its answer: no half-turn to repair.
+        assert (event.status, event.appended_seq) == ("pending", None)
+        assert await messages_of(gw, session.id) == []
     async with running_gateway(gateway_config(url, tmp_path)) as gateway:
         (reply,) = await gateway.wait_for_replies("alice", 1)
         (session,) = await session_rows(gateway)
         transcript = await messages_of(gateway, session.id)
+        async with gateway.runtime.database.session() as db:
+            (event,) = (await db.execute(select(InboundEvent))).scalars()
     assert reply["in_reply_to"] == "s1"
     assert [m.role for m in transcript] == ["user", "assistant"]
+    assert (event.status, event.appended_seq, event.session_id) == ("done", 1, session.id)
 
 
 async def test_export_gives_a_24_hour_link_to_the_users_own_session(

@@ -26,7 +26,8 @@ from gateway.commands import (
     run_command,
 )
 from gateway.identity import ResolvedUser
-from gateway.router import RoutingPolicy
+from gateway.turns import arrival_of
+from sessions.routing import RoutingPolicy
 from storage.database import Database
 from storage.models import ExportLink, InboundEvent, Session, SessionChannel, SessionMessage
 from storage.repositories import OrganizationRepository, SessionRepository, UserRepository
@@ -554,6 +555,7 @@ async def run_as_alice(
             CommandContext(
                 db=db,
                 user=ALICE,
+                arrival=arrival_of(message, ALICE),
                 message=message,
                 policy=POLICY,
                 history_budget_tokens=1000,

@@ -6,6 +6,9 @@ within `sessions.archive_after` (an older one is archived on the spot); with
 `recall.resume_by_reference`, an archived session the message clearly continues; else a new
 session. With
 `sessions.scope: channel` each channel type has its own active session.
+
+Routing runs inside the turn's first transaction (`sessions.turn`) or a command's, on the
+loaded row; what leaves `sessions` is a frozen `SessionView`, never the row.
 """
 
 from __future__ import annotations
@@ -14,17 +17,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
+import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from channels.base import ChannelMessage
-from gateway.identity import ResolvedUser
-from gateway.log import get_logger
 from sessions.lifecycle import transition
 from storage.database import Database
 from storage.models import Session, SessionStatus
 from storage.repositories import OutboxRepository, SessionRepository
 
-log = get_logger(__name__)
+log = structlog.stdlib.get_logger(__name__)
 
 Scope = Literal["user", "channel"]
 
@@ -35,6 +36,19 @@ class RoutingPolicy:
 
     scope: Scope
     archive_after: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A user's message as routing sees it: who sent it and where it came from."""
+
+    user_id: str
+    org_id: str
+    channel_type: str
+    channel_id: str
+    thread_id: str = ""
+    # Message ids this one answers (email In-Reply-To/References): their session continues.
+    references: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,20 +65,18 @@ class Route:
 
 async def find_session(
     session: AsyncSession,
-    user: ResolvedUser,
-    message: ChannelMessage,
+    arrival: Arrival,
     policy: RoutingPolicy,
     *,
     now: datetime,
 ) -> Route | None:
     """The session the message continues, without creating one (None: it would be new)."""
-    return (await _continued(session, user, message, policy, now=now))[0]
+    return (await _continued(session, arrival, policy, now=now))[0]
 
 
 async def resolve_session(
     session: AsyncSession,
-    user: ResolvedUser,
-    message: ChannelMessage,
+    arrival: Arrival,
     policy: RoutingPolicy,
     *,
     now: datetime,
@@ -75,32 +87,33 @@ async def resolve_session(
     `referenced` names an archived session the message clearly continues (found by recall,
     with `recall.resume_by_reference`); it is used only when nothing else claims the message.
     """
-    found, thread_taken = await _continued(session, user, message, policy, now=now)
+    found, thread_taken = await _continued(session, arrival, policy, now=now)
     if found is not None:
         return found
-    scope_channel = message.channel_type.value if policy.scope == "channel" else None
+    scope_channel = arrival.channel_type if policy.scope == "channel" else None
     if referenced is not None:
         candidate = await SessionRepository(session).get(referenced, for_update=True)
         if (
             candidate is not None
-            and candidate.user_id == user.user_id
+            and candidate.user_id == arrival.user_id
             and candidate.scope_channel == scope_channel
             and _reactivate(candidate, now=now, reason="reference")
         ):
             candidate.current_since = now
-            log.info("session.resumed_by_reference", session_id=candidate.id, user_id=user.user_id)
+            log.info(
+                "session.resumed_by_reference", session_id=candidate.id, user_id=arrival.user_id
+            )
             return Route(candidate, "reference", reactivated=True, thread_taken=thread_taken)
     created = await SessionRepository(session).create(
-        user.user_id, user.org_id, scope_channel=scope_channel, at=now
+        arrival.user_id, arrival.org_id, scope_channel=scope_channel, at=now
     )
-    log.info("session.created", session_id=created.id, user_id=user.user_id)
+    log.info("session.created", session_id=created.id, user_id=arrival.user_id)
     return Route(created, "new", thread_taken=thread_taken)
 
 
 async def _continued(
     session: AsyncSession,
-    user: ResolvedUser,
-    message: ChannelMessage,
+    arrival: Arrival,
     policy: RoutingPolicy,
     *,
     now: datetime,
@@ -108,16 +121,16 @@ async def _continued(
     """The route of a continued session (None: it would be new), and whether the message's
     thread belongs to another user's session."""
     sessions = SessionRepository(session)
-    channel = message.channel_type.value
-    owner = await sessions.find_by_thread(channel, message.channel_id, message.thread_id)
-    thread_taken = owner is not None and owner.user_id != user.user_id
-    replied_to = await _session_replied_to(session, message)
+    channel = arrival.channel_type
+    owner = await sessions.find_by_thread(channel, arrival.channel_id, arrival.thread_id)
+    thread_taken = owner is not None and owner.user_id != arrival.user_id
+    replied_to = await _session_replied_to(session, arrival)
     for candidate, reason in ((owner, "thread"), (replied_to, "reply")):
-        if candidate is not None and candidate.user_id == user.user_id:
+        if candidate is not None and candidate.user_id == arrival.user_id:
             reactivated = _reactivate(candidate, now=now, reason=reason)
             return Route(candidate, reason, reactivated), False  # type: ignore[arg-type]
     scope_channel = channel if policy.scope == "channel" else None
-    active = await sessions.find_latest_active(user.user_id, scope_channel=scope_channel)
+    active = await sessions.find_latest_active(arrival.user_id, scope_channel=scope_channel)
     if active is None:
         return None, thread_taken
     if now - active.last_active_at > policy.archive_after:
@@ -127,10 +140,10 @@ async def _continued(
     return Route(active, "active", thread_taken=thread_taken), thread_taken
 
 
-async def _session_replied_to(session: AsyncSession, message: ChannelMessage) -> Session | None:
-    if not message.references:
+async def _session_replied_to(session: AsyncSession, arrival: Arrival) -> Session | None:
+    if not arrival.references:
         return None
-    session_id = await OutboxRepository(session).session_of_message(message.references)
+    session_id = await OutboxRepository(session).session_of_message(arrival.references)
     if session_id is None:
         return None
     return await SessionRepository(session).get(session_id)

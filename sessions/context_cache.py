@@ -1,0 +1,264 @@
+"""What a turn reads that rarely changes, kept between turns instead of read on each one.
+
+A turn's context is the session's messages since its last compaction, the organization, the
+user's memory facts and recent session summaries. Read afresh, that is a query per piece and
+every message since the compaction loaded again on every turn. Here:
+
+- `HistoryCache` keeps each session's messages since its last compaction. It is checked
+  against the session row the turn reads anyway: the row's `compaction_count` and `last_seq`
+  say exactly whether anything changed, in this process or another, so a turn reads only the
+  messages it has not seen (usually none: its own writes extend the cache) and a compaction
+  or a gap makes it read the whole window again. Correct across processes by construction.
+- `OrganizationCache` and `MemoryCache` keep the organization and a user's facts and
+  summaries for `ttl` seconds. Their writers are the configuration (every process applies its
+  own), compaction and the leader's summary job; a write in this process forgets the entry at
+  once (`forget`), one in another process is seen within `ttl`. Facts and summaries describe
+  sessions that ended hours before, so that delay is invisible in a conversation.
+
+Every cache is bounded (least recently used entries go first).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from sessions.compaction import as_history
+from sessions.context import HistoryMessage
+from sessions.memory import RetentionPolicy
+from storage.models import Organization, Session, SessionSummary
+from storage.repositories import (
+    CompactionRepository,
+    MemoryRepository,
+    OrganizationRepository,
+    SessionRepository,
+    SummaryRepository,
+)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class BoundedLRU(Generic[K, V]):
+    """A mapping that forgets its least recently used entries beyond `max_weight`.
+
+    `weigh` gives an entry's weight (1 each by default), so a cache of lists can be bounded by
+    the items it holds rather than by the number of lists.
+    """
+
+    def __init__(self, max_weight: int, weigh: Callable[[V], int] = lambda _value: 1) -> None:
+        self.max_weight = max_weight
+        self.weigh = weigh
+        self.weight = 0
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: K) -> V | None:
+        """The entry (now the most recently used), or None."""
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        self._entries.move_to_end(key)
+        return found[0]
+
+    def put(self, key: K, value: V) -> None:
+        """Store `value`, then drop the least recently used entries over the bound."""
+        self.pop(key)
+        weight = self.weigh(value)
+        self._entries[key] = (value, weight)
+        self.weight += weight
+        while self.weight > self.max_weight and len(self._entries) > 1:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self.weight -= dropped
+
+    def pop(self, key: K) -> V | None:
+        """Remove and return the entry, or None."""
+        found = self._entries.pop(key, None)
+        if found is None:
+            return None
+        self.weight -= found[1]
+        return found[0]
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self._entries.clear()
+        self.weight = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionHistory:
+    """A session's messages since its last compaction, as of `last_seq`."""
+
+    compaction_count: int
+    after_seq: int  # the last message the latest compaction covered (0: none yet)
+    summary: str | None  # that compaction's summary
+    last_seq: int
+    messages: tuple[HistoryMessage, ...]
+
+
+class HistoryCache:
+    """Each session's history since its last compaction, read once and then extended."""
+
+    def __init__(self, max_messages: int = 200_000) -> None:
+        self._entries: BoundedLRU[str, SessionHistory] = BoundedLRU(
+            max_messages, lambda history: len(history.messages) + 1
+        )
+
+    async def read(self, db: AsyncSession, session: Session) -> SessionHistory:
+        """The history of `session` (the row read in this transaction) up to its `last_seq`."""
+        cached = self._entries.get(session.id)
+        if (
+            cached is None
+            or cached.compaction_count != session.compaction_count
+            or cached.last_seq > session.last_seq
+        ):
+            latest = await CompactionRepository(db).latest(session.id)
+            after = latest.last_message_seq if latest else 0
+            rows = await SessionRepository(db).messages(
+                session.id, after_seq=after, through_seq=session.last_seq
+            )
+            cached = SessionHistory(
+                session.compaction_count,
+                after,
+                latest.summary if latest else None,
+                session.last_seq,
+                tuple(as_history(rows)),
+            )
+        elif cached.last_seq < session.last_seq:
+            # Written by another process (or a turn whose cache update was lost): the rest.
+            rows = await SessionRepository(db).messages(
+                session.id, after_seq=cached.last_seq, through_seq=session.last_seq
+            )
+            cached = self._extended(cached, as_history(rows), session.last_seq)
+        self._entries.put(session.id, cached)
+        return cached
+
+    def extend(
+        self, session_id: str, *, after_seq: int, messages: Sequence[HistoryMessage]
+    ) -> None:
+        """Add the messages a turn just committed after `after_seq` (the cache must be at
+        exactly that point, else it is left to be checked against the row next time)."""
+        cached = self._entries.get(session_id)
+        if cached is None or cached.last_seq != after_seq or not messages:
+            return
+        self._entries.put(session_id, self._extended(cached, list(messages), messages[-1].seq))
+
+    def recent(
+        self, session_id: str, *, through_seq: int, count: int
+    ) -> tuple[HistoryMessage, ...] | None:
+        """The last `count` messages up to `through_seq` when the cache holds the session at
+        exactly that point with that many messages since its compaction (else None)."""
+        cached = self._entries.get(session_id)
+        if cached is None or cached.last_seq != through_seq:
+            return None
+        if len(cached.messages) < count and cached.after_seq > 0:
+            return None  # older ones are behind the compaction: read them from the database
+        return cached.messages[-count:]
+
+    def forget(self, session_id: str) -> None:
+        """Drop the session's entry (deleted, or changed in a way the row does not show)."""
+        self._entries.pop(session_id)
+
+    @staticmethod
+    def _extended(
+        cached: SessionHistory, messages: Sequence[HistoryMessage], last_seq: int
+    ) -> SessionHistory:
+        return SessionHistory(
+            cached.compaction_count,
+            cached.after_seq,
+            cached.summary,
+            last_seq,
+            (*cached.messages, *messages),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Timed(Generic[V]):
+    value: V
+    read_at: float
+
+
+class OrganizationCache:
+    """Organizations by id, each read at most once per `ttl` seconds."""
+
+    def __init__(self, ttl: float = 60.0, max_entries: int = 10_000) -> None:
+        self.ttl = ttl
+        self._entries: BoundedLRU[str, _Timed[Organization | None]] = BoundedLRU(max_entries)
+
+    async def get(self, db: AsyncSession, org_id: str) -> Organization | None:
+        """The organization (detached from `db`), or None."""
+        now = time.monotonic()
+        cached = self._entries.get(org_id)
+        if cached is None or now - cached.read_at > self.ttl:
+            found = await OrganizationRepository(db).get(org_id)
+            cached = _Timed(found, now)
+            self._entries.put(org_id, cached)
+        return cached.value
+
+    def clear(self) -> None:
+        """Forget every organization (the configuration was applied again)."""
+        self._entries.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class UserMemory:
+    """A user's memory facts (oldest first) and newest session summaries (newest first)."""
+
+    facts: tuple[str, ...]
+    summaries: tuple[SessionSummary, ...]
+
+
+class MemoryCache:
+    """Users' memory facts and recent summaries, each read at most once per `ttl` seconds."""
+
+    def __init__(
+        self,
+        max_facts: int,
+        max_summaries: int,
+        retention: RetentionPolicy,
+        *,
+        ttl: float = 60.0,
+        max_users: int = 20_000,
+    ) -> None:
+        self.max_facts = max_facts
+        # One more than shown: the current session's own summary may be among them.
+        self.max_summaries = max_summaries + 1
+        self.retention = retention
+        self.ttl = ttl
+        self._entries: BoundedLRU[str, _Timed[UserMemory]] = BoundedLRU(max_users)
+
+    async def read(
+        self, db: AsyncSession, user_id: str, now: datetime
+    ) -> tuple[tuple[str, ...], tuple[SessionSummary, ...]]:
+        """The user's facts (oldest first) and summaries within the retention window."""
+        clock = time.monotonic()
+        cached = self._entries.get(user_id)
+        if cached is None or clock - cached.read_at > self.ttl:
+            facts = await MemoryRepository(db).facts(user_id, limit=self.max_facts)
+            summaries = await SummaryRepository(db).recent(
+                user_id,
+                since=self.retention.cutoff(now),
+                exclude_session_id=None,
+                limit=self.max_summaries,
+            )
+            cached = _Timed(
+                UserMemory(tuple(f.fact for f in reversed(facts)), tuple(summaries)), clock
+            )
+            self._entries.put(user_id, cached)
+        cutoff = self.retention.cutoff(now)
+        # Summaries only age out of the window between reads; none can enter it unseen.
+        return cached.value.facts, tuple(
+            s for s in cached.value.summaries if s.created_at >= cutoff
+        )
+
+    def forget(self, user_id: str) -> None:
+        """Drop the user's entry (this process just wrote a fact or a summary)."""
+        self._entries.pop(user_id)

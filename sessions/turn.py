@@ -1,0 +1,358 @@
+"""The turn: a user's message in, exactly one reply out, in two transactions.
+
+Runs while the gateway holds the user's turn lock, so a user's turns never interleave::
+
+    read   (transaction 1) route the message to its session (creating, archiving or
+           reactivating one) and read the context: the session row, the messages since its
+           last compaction (cached between turns and checked against the row), the
+           organization and the user's memory (cached), recall passages
+    model  (no transaction) compaction first when due (PreCompact archive, then summary),
+           then the model, with its tool rounds
+    write  (transaction 2) the user's message and everything the turn produced, the
+           session's counters and usage, the channel it came through, the reply in the
+           outbox and the inbound event finished: all or nothing
+    after  the transcript segment and, every few messages, the topic
+
+Nothing of the turn is stored before its answer is: a crash (or a model failure that the
+retries do not cure) before the write leaves the event pending and the session as it was, so
+the next attempt starts from the beginning with nothing to undo. A model failure that
+outlasts the retries is answered with an apology in the same write, the user's message kept.
+
+The gateway hands in a `UserTurn` (plain values: no channel payload, an opaque reply context)
+and gets back a `TurnResult`; it sends the committed reply and then calls `after_reply`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from errors import LLMError, StorageError
+from sessions.context import HistoryMessage
+from sessions.engine import NewMessage, SessionEngine, TurnOutcome
+from sessions.llm import estimate_tokens
+from sessions.routing import Arrival, RoutingPolicy, resolve_session
+from storage.database import Database
+from storage.models import InboundStatus
+from storage.models import OutboundMessage as OutboundRow
+from storage.repositories import OutboxRepository, SessionRepository
+from storage.transcripts import SessionRef, TranscriptLine, TranscriptStore
+from storage.turn_store import (
+    MessageToStore,
+    TurnUsage,
+    finish_inbound_event,
+    store_turn_messages,
+)
+
+log = structlog.stdlib.get_logger(__name__)
+
+LLM_APOLOGY_TEXT = (
+    "Sorry, I could not get an answer from the assistant just now. "
+    "Your message is saved; please try again in a moment."
+)
+
+
+class TurnSupersededError(StorageError):
+    """The inbound event was finished by someone else while this turn ran (nothing stored)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyAddress:
+    """Where the reply goes; the gateway's outbox reads it, the turn only stores it."""
+
+    channel_type: str
+    channel_id: str
+    thread_id: str = ""
+    reply_context: Mapping[str, Any] = field(default_factory=dict)
+    # Pull channels (the web feed): being stored is being delivered; nothing to send.
+    delivered_on_store: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UserTurn:
+    """A user's message to answer, as the session layer sees it."""
+
+    event_id: int
+    arrival: Arrival
+    message_id: str
+    text: str
+    reply_to: ReplyAddress
+    # Stored with the user's message (the channel id, forwarded headers, attachment names).
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Resume by reference may look up an archived session the text continues.
+    may_resume_by_reference: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """What a committed turn produced."""
+
+    session_id: str
+    org_id: str
+    user_id: str
+    first_seq: int
+    last_seq: int
+    reply_text: str
+    # The committed reply, claimed for this process to send (None on a pull channel).
+    outbound: OutboundRow | None
+    answered: bool  # False: the model failed and the reply is the apology
+    compacted: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    transcript: tuple[TranscriptLine, ...] = ()
+    model_seconds: float = 0.0  # compaction, model and tools
+
+
+def new_outbound_id() -> str:
+    """Our own id for a reply."""
+    return f"out-{uuid.uuid4().hex}"
+
+
+class TurnService:
+    """Answers users' messages: routing, context, model, storage, transcript, topic."""
+
+    def __init__(
+        self,
+        database: Database,
+        engine: SessionEngine,
+        transcripts: TranscriptStore,
+        routing: RoutingPolicy,
+        *,
+        clock: Callable[[], datetime],
+        reply_lease: timedelta,
+        find_referenced: Callable[[str, str], Awaitable[str | None]] | None = None,
+        waiting: Callable[[], AbstractAsyncContextManager[None]] = nullcontext,
+    ) -> None:
+        self.database = database
+        self.engine = engine
+        self.transcripts = transcripts
+        self.routing = routing
+        self.clock = clock
+        # Replies are committed already claimed by this process for `reply_lease`, to be sent
+        # at once; if the process dies first, the lease runs out and any outbox sends them.
+        self.reply_lease = reply_lease
+        # (user id, text) → an archived session the text clearly continues.
+        self.find_referenced = find_referenced
+        # Wraps waits on the transcript store (the gateway gives its work slot up there).
+        self.waiting = waiting
+
+    async def answer(self, turn: UserTurn) -> TurnResult:
+        """Answer the turn and commit everything it produced; raises `TurnSupersededError`
+        when the event was finished elsewhere and `GatewayError`s of storage for a retry."""
+        arrival = turn.arrival
+        referenced = None
+        if (
+            self.find_referenced is not None
+            and turn.may_resume_by_reference
+            and not arrival.thread_id
+            and not arrival.references
+        ):
+            # Searched before the routing transaction: on SQLite a second transaction inside
+            # it would wait for its write lock.
+            referenced = await self.find_referenced(arrival.user_id, turn.text)
+        now = self.clock()
+        async with self.database.session() as db:
+            route = await resolve_session(db, arrival, self.routing, now=now, referenced=referenced)
+            session = route.session
+            session_id, org_id = session.id, session.org_id
+            pending = HistoryMessage(
+                seq=session.last_seq + 1,
+                role="user",
+                content=turn.text,
+                tokens=estimate_tokens(turn.text),
+                thread_id=arrival.thread_id,
+            )
+            reads = await self.engine.read_context(
+                db, session, thread_id=arrival.thread_id, pending=pending
+            )
+        loaded = await self.engine.context_from(reads)
+        structlog.contextvars.bind_contextvars(session_id=session_id)
+        log.info("turn.started", route=route.reason)
+        started = time.perf_counter()
+        outcome: TurnOutcome | None = None
+        failure = None
+        try:
+            outcome = await self.engine.reply(loaded, thread_id=arrival.thread_id, pending=pending)
+        except LLMError as exc:
+            log.error("llm.failed", error=str(exc))
+            failure = str(exc)
+        model_seconds = time.perf_counter() - started
+        produced: tuple[NewMessage, ...] = outcome.messages if outcome else ()
+        reply_text = outcome.reply_text if outcome else LLM_APOLOGY_TEXT
+        reply_id = new_outbound_id()
+        to_store = [
+            MessageToStore(
+                role="user",
+                channel_type=arrival.channel_type,
+                thread_id=arrival.thread_id,
+                content=turn.text,
+                message_id=turn.message_id,
+                tokens=pending.tokens,
+                metadata=turn.metadata,
+            ),
+            *(
+                MessageToStore(
+                    role=message.role,
+                    channel_type=arrival.channel_type,
+                    thread_id=arrival.thread_id,
+                    content=message.content,
+                    tokens=message.tokens,
+                    message_id=reply_id if position == len(produced) - 1 else None,
+                    in_reply_to=turn.message_id if position == len(produced) - 1 else None,
+                    # Tool calls and results are kept block by block, to be resent exactly.
+                    metadata={"blocks": list(message.blocks)}
+                    if any(block.get("type") != "text" for block in message.blocks)
+                    else {},
+                )
+                for position, message in enumerate(produced)
+            ),
+        ]
+        now = self.clock()
+        async with self.database.session() as db:
+            first_seq = await store_turn_messages(
+                db,
+                session_id,
+                to_store,
+                at=now,
+                usage=TurnUsage(outcome.input_tokens, outcome.output_tokens, outcome.context_tokens)
+                if outcome
+                else None,
+            )
+            await SessionRepository(db).record_channel(
+                session_id,
+                arrival.channel_type,
+                arrival.channel_id,
+                "" if route.thread_taken else arrival.thread_id,
+                at=now,
+            )
+            outbound = await self._enqueue(
+                db,
+                turn,
+                reply_text,
+                outbound_id=reply_id,
+                session_id=session_id,
+                kind="reply" if outcome else "notice",
+                at=now,
+            )
+            if not await finish_inbound_event(
+                db,
+                turn.event_id,
+                InboundStatus.DONE if outcome else InboundStatus.FAILED,
+                at=now,
+                user_id=arrival.user_id,
+                session_id=session_id,
+                seq=first_seq,
+                error=failure,
+            ):
+                raise TurnSupersededError(
+                    "the event was answered elsewhere", key=str(turn.event_id)
+                )
+        last_seq = first_seq + len(to_store) - 1
+        stored = [
+            HistoryMessage(
+                seq=first_seq + position,
+                role=message.role,
+                content=message.content,
+                tokens=message.tokens,
+                thread_id=message.thread_id,
+                blocks=tuple(message.metadata.get("blocks", ())),
+            )
+            for position, message in enumerate(to_store)
+        ]
+        self.engine.histories.extend(session_id, after_seq=first_seq - 1, messages=stored)
+        log.info(
+            "turn.answered",
+            seq=last_seq,
+            input_tokens=outcome.input_tokens if outcome else 0,
+            output_tokens=outcome.output_tokens if outcome else 0,
+            compacted=outcome.compacted if outcome else False,
+        )
+        return TurnResult(
+            session_id=session_id,
+            org_id=org_id,
+            user_id=arrival.user_id,
+            first_seq=first_seq,
+            last_seq=last_seq,
+            reply_text=reply_text,
+            outbound=outbound,
+            answered=outcome is not None,
+            compacted=outcome.compacted if outcome else False,
+            input_tokens=outcome.input_tokens if outcome else 0,
+            output_tokens=outcome.output_tokens if outcome else 0,
+            model_seconds=model_seconds,
+            transcript=tuple(
+                TranscriptLine(
+                    msg_id=message.message_id or f"seq-{first_seq + position}",
+                    role=message.role,
+                    channel=message.channel_type,
+                    thread_id=message.thread_id or None,
+                    content=json.dumps(message.metadata["blocks"])
+                    if message.metadata.get("blocks")
+                    else message.content,
+                    timestamp=now,
+                    tokens=message.tokens,
+                )
+                for position, message in enumerate(to_store)
+            ),
+        )
+
+    async def after_reply(self, result: TurnResult) -> None:
+        """The work that follows a sent reply: the transcript segment, then the topic."""
+        # The database is the record; the transcript is its mirror for archives and exports,
+        # rebuilt from the database at PreCompact time, so a failure here only logs.
+        try:
+            async with self.waiting():
+                await self.transcripts.append_lines(
+                    SessionRef(result.org_id, result.user_id, result.session_id),
+                    list(result.transcript),
+                    first_seq=result.first_seq,
+                )
+        except StorageError as exc:
+            log.warning("transcript.append_failed", error=str(exc))
+        if not result.answered:
+            return
+        try:
+            await self.engine.update_topic_if_due(
+                result.session_id, first_seq=result.first_seq, last_seq=result.last_seq
+            )
+        except LLMError as exc:
+            log.warning("session.topic_failed", error=str(exc))
+
+    async def _enqueue(
+        self,
+        db: AsyncSession,
+        turn: UserTurn,
+        text: str,
+        *,
+        outbound_id: str,
+        session_id: str,
+        kind: str,
+        at: datetime,
+    ) -> OutboundRow | None:
+        address = turn.reply_to
+        row = await OutboxRepository(db).enqueue(
+            delivered=address.delivered_on_store,
+            message_id=outbound_id,
+            channel_type=address.channel_type,
+            channel_id=address.channel_id,
+            thread_id=address.thread_id,
+            in_reply_to=turn.message_id,
+            kind=kind,
+            content=text,
+            user_id=turn.arrival.user_id,
+            session_id=session_id,
+            inbound_event_id=turn.event_id,
+            reply_context=dict(address.reply_context),
+            at=at,
+            claimed_until=at + self.reply_lease,
+        )
+        return None if address.delivered_on_store else row
