@@ -32,6 +32,12 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="serve HTTP (and the enabled channels)")
     run.add_argument("--config", type=Path, help="YAML config (default: embedded defaults)")
     run.add_argument("--log-format", choices=["json", "console"], help="override logging.format")
+    run.add_argument(
+        "--role",
+        choices=["all", "turns"],
+        default="all",
+        help="all: serve and run turns (or start server.turn_workers); turns: a turn worker only",
+    )
     run.set_defaults(handler=_run)
 
     config = commands.add_parser("config", help="configuration tools")
@@ -222,7 +228,10 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging(args.log_format or config.logging.format, config.logging.level)
     from gateway.server import serve  # noqa: PLC0415  (the server stack: only for `run`)
 
-    asyncio.run(serve(config, args.config))
+    if args.role == "turns" and config.storage.database_url.startswith("sqlite"):
+        print("gateway: --role turns needs PostgreSQL (SQLite serves one process)", file=sys.stderr)
+        return EXIT_USAGE
+    asyncio.run(serve(config, args.config, role=args.role, log_format=args.log_format))
     return EXIT_OK
 
 

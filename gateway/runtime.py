@@ -7,10 +7,10 @@ store raises a `GatewayError` naming the problem before the HTTP server accepts 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import func, select
 
@@ -38,6 +38,7 @@ from sessions.recall import RecallSearch, session_referenced
 from sessions.routing import RoutingPolicy, SessionThreads
 from sessions.turn import TurnService
 from storage.database import Database
+from storage.inbox_signal import InboxListener, InboxNotifier
 from storage.models import InboundEvent, InboundStatus, Session, SessionStatus, utcnow
 from storage.repositories import OutboxRepository
 from storage.transcripts import LocalTranscriptStore, TranscriptStore
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from channels.teams import TeamsChannel
 
 log = get_logger(__name__)
+
+Role = Literal["all", "accept", "turns"]
 
 
 def open_transcript_store(settings: TranscriptsConfig) -> TranscriptStore:
@@ -277,13 +280,21 @@ class GatewayRuntime:
     slack: SlackChannel | None = None
     teams: TeamsChannel | None = None
     email: EmailChannel | None = None
+    # all: accept and run turns; accept: only accept (turn workers run them); turns: a turn
+    # worker (no HTTP, no email listener, no migrations).
+    role: Role = "all"
+    notifier: InboxNotifier | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
     async def start(
-        cls, config: GatewayConfig, *, clock: Callable[[], datetime] = utcnow
+        cls, config: GatewayConfig, *, clock: Callable[[], datetime] = utcnow, role: Role = "all"
     ) -> GatewayRuntime:
-        """Open the database (migrating it when `storage.auto_migrate`), the store, the users."""
+        """Open the database (migrating it when `storage.auto_migrate`), the store, the users.
+
+        A turn worker (`role="turns"`) leaves migrations and the users to the process that
+        started it, and listens on no port.
+        """
         database = Database(
             config.storage.database_url,
             # Turns use a connection only while they work (never while the model answers), at
@@ -295,20 +306,21 @@ class GatewayRuntime:
         )
         try:
             await database.ping()
-            if config.storage.auto_migrate:
+            if config.storage.auto_migrate and role != "turns":
                 await database.upgrade()
                 log.info("storage.migrated", revision=await database.current_revision())
             transcripts = open_transcript_store(config.storage.transcripts)
             await transcripts.check()
-            await sync_identities(database, config)
+            if role != "turns":
+                await sync_identities(database, config)
         except BaseException:
             await database.dispose()
             raise
-        runtime = cls._wire(config, database, transcripts, clock)
+        runtime = cls._wire(config, database, transcripts, clock, role)
         try:
-            if runtime.slack is not None:
+            if runtime.slack is not None and role != "turns":
                 await runtime.slack.start()
-            if runtime.email is not None:
+            if runtime.email is not None and role != "turns":
                 await _listen_for_email(runtime.email, config)
         except BaseException:
             await runtime.close()
@@ -329,6 +341,7 @@ class GatewayRuntime:
         database: Database,
         transcripts: TranscriptStore,
         clock: Callable[[], datetime],
+        role: Role = "all",
     ) -> GatewayRuntime:
         metrics = GatewayMetrics()
         metrics.info.info(
@@ -381,11 +394,15 @@ class GatewayRuntime:
         )
         # The dispatcher is built below (it needs the Slack channel's email lookup); the
         # inbox reaches it when the first message arrives.
+        # Accepting only, the turn workers hear of new messages by notification.
+        notifier = InboxNotifier(database.url) if role == "accept" else None
         inbox = Inbox(
             database,
             metrics,
             clock=clock,
-            on_accept=lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
+            on_accept=notifier.publish
+            if notifier is not None
+            else lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
         )
         slack = open_slack(config, inbox, database, metrics)
         if slack is not None:
@@ -450,6 +467,8 @@ class GatewayRuntime:
             teams=teams,
             email=email,
             admin=admin,
+            role=role,
+            notifier=notifier,
         )
 
     async def refresh_gauges(self) -> None:
@@ -471,12 +490,19 @@ class GatewayRuntime:
         self.metrics.inbox_backlog.set(inbox or 0)
 
     def start_background(self) -> None:
-        """Start the dispatcher, the outbox sender and the background jobs."""
-        for name, loop in (
+        """Start the dispatcher, the outbox sender and the background jobs (not in a process
+        that only accepts); a turn worker also listens for the accepting process's news."""
+        if self.role == "accept":
+            return
+        loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
             ("dispatcher", self.dispatcher.run),
             ("outbox", self.outbox.run),
             ("jobs", self.jobs.run),
-        ):
+        ]
+        if self.role == "turns":
+            listener = InboxListener(self.database.url, self.dispatcher.notify)
+            loops.append(("inbox-listener", listener.run))
+        for name, loop in loops:
             self._tasks.append(asyncio.create_task(loop(), name=name))
 
     async def close(self) -> None:
@@ -490,8 +516,13 @@ class GatewayRuntime:
         await self.dispatcher.stop()
         self.outbox.stop()
         self.jobs.stop()
+        for task in self._tasks:
+            if task.get_name() == "inbox-listener":
+                task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.notifier is not None:
+            await self.notifier.close()
         await self.locks.close()
         await self.engine.llm.close()
         await self.database.dispose()

@@ -7,6 +7,7 @@ import contextlib
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import uvicorn
 
@@ -15,6 +16,7 @@ from gateway.log import get_logger
 from gateway.reload import reload_config
 from gateway.runtime import GatewayRuntime
 from gateway.settings import GatewayConfig
+from gateway.workers import TurnWorkers
 
 log = get_logger(__name__)
 
@@ -28,14 +30,28 @@ class _GatewayServer(uvicorn.Server):
         yield
 
 
-async def serve(config: GatewayConfig, config_path: Path | None = None) -> None:
+async def serve(
+    config: GatewayConfig,
+    config_path: Path | None = None,
+    *,
+    role: Literal["all", "turns"] = "all",
+    log_format: str | None = None,
+) -> None:
     """Start the runtime, serve until SIGTERM/SIGINT, then shut down in order.
 
     On the first signal uvicorn stops accepting connections and lets in-flight requests
     finish; a second signal forces the exit. The runtime closes only after the server stops.
-    SIGHUP reads `config_path` again and applies it (`gateway.reload`).
+    SIGHUP reads `config_path` again and applies it (`gateway.reload`). With
+    `server.turn_workers`, this process only accepts and starts the turn workers
+    (`gateway.workers`); `role="turns"` is such a worker: no HTTP, turns only.
     """
-    runtime = await GatewayRuntime.start(config)
+    if role == "turns":
+        await _serve_turns(config, config_path)
+        return
+    workers = None
+    if config.server.turn_workers:
+        workers = TurnWorkers(config.server.turn_workers, config_path, log_format=log_format)
+    runtime = await GatewayRuntime.start(config, role="accept" if workers else "all")
     try:
         server = _GatewayServer(
             uvicorn.Config(
@@ -61,13 +77,48 @@ async def serve(config: GatewayConfig, config_path: Path | None = None) -> None:
 
         def request_reload() -> None:
             log.info("config.reloading", path=str(config_path))
+            if workers is not None:
+                workers.reload()
             task = asyncio.create_task(reload_config(runtime, config_path))
             reloads.add(task)
             task.add_done_callback(reloads.discard)
 
         loop.add_signal_handler(signal.SIGHUP, request_reload)
         runtime.start_background()
-        log.info("http.listening", host=config.server.host, port=config.server.port)
+        if workers is not None:
+            workers.start()
+        log.info(
+            "http.listening",
+            host=config.server.host,
+            port=config.server.port,
+            turn_workers=config.server.turn_workers,
+        )
         await server.serve()
+    finally:
+        if workers is not None:
+            await workers.stop()
+        await runtime.close()
+
+
+async def _serve_turns(config: GatewayConfig, config_path: Path | None) -> None:
+    """A turn worker: run turns, send replies and the jobs until SIGTERM/SIGINT."""
+    runtime = await GatewayRuntime.start(config, role="turns")
+    stopped = asyncio.Event()
+    try:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stopped.set)
+        reloads: set[asyncio.Task[bool]] = set()
+
+        def request_reload() -> None:
+            task = asyncio.create_task(reload_config(runtime, config_path))
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, request_reload)
+        runtime.start_background()
+        log.info("workers.ready")
+        await stopped.wait()
+        log.info("gateway.stopping", role="turns")
     finally:
         await runtime.close()

@@ -232,6 +232,10 @@ class ServerConfig(StrictModel):
     port: Port = 8080
     # Where users reach this server (e.g. https://assistant.example.com): makes links absolute.
     public_url: OptionalStr = None
+    # Processes that run turns beside the one that serves HTTP and email (PostgreSQL only).
+    # 0: this process accepts and runs turns; N: it only accepts (acknowledgements never wait
+    # behind turns) and starts N turn workers, woken by PostgreSQL notifications.
+    turn_workers: Annotated[int, Field(ge=0, le=32)] = 0
 
 
 class LoggingConfig(StrictModel):
@@ -675,6 +679,18 @@ class GatewayConfig(StrictModel):
         if errors:
             raise _located_errors("GatewayConfig", errors)
         return organizations
+
+    @field_validator("storage")
+    @classmethod
+    def _turn_workers_need_postgresql(
+        cls, storage: StorageConfig, info: ValidationInfo
+    ) -> StorageConfig:
+        """Turn workers are processes of their own; SQLite serves one process."""
+        server: ServerConfig | None = info.data.get("server")
+        if server is not None and server.turn_workers and storage.database_url.startswith("sqlite"):
+            message = "server.turn_workers needs PostgreSQL (SQLite serves one process)"
+            raise _located_errors("StorageConfig", [(("database_url",), message, None)])
+        return storage
 
     @field_validator("identity")
     @classmethod

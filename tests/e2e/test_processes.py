@@ -22,18 +22,20 @@ from tests.e2e.harness import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_config(tmp_path: Path, name: str, port: int, database_url: str, latency: str) -> Path:
+def write_config(
+    tmp_path: Path, name: str, port: int, database_url: str, latency: str, turn_workers: int = 0
+) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"""
-server: {{host: 127.0.0.1, port: {port}}}
+server: {{host: 127.0.0.1, port: {port}, turn_workers: {turn_workers}}}
 storage:
   database_url: "{database_url}"
   transcripts: {{backend: local, local_path: "{tmp_path / "transcripts"}"}}
 llm: {{offline_latency: {latency}}}
 organizations: [{{id: acme, name: Acme}}]
 identity:
-  users: [{{id: alice, org: acme, name: Alice}}]
+  users: [{{id: alice, org: acme, name: Alice}}, {{id: bob, org: acme, name: Bob}}]
 """
     )
     return path
@@ -201,3 +203,71 @@ async def test_a_turn_killed_midway_is_answered_once_after_restart(
     assert roles == ["user", "assistant"]
     assert len(outbound) == 1
     assert "survive this" in outbound[0].content
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The pids of a gateway's turn workers (its children running `--role turns`)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"turns" in command:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_an_accepting_gateway_with_a_turn_worker_answers_each_message_once(
+    tmp_path: Path, fresh_postgres_url: str, processes: list[GatewayProcess]
+) -> None:
+    port = free_port()
+    config = write_config(tmp_path, "gw", port, fresh_postgres_url, "200ms", turn_workers=1)
+    gateway = GatewayProcess(config, port, tmp_path).start()
+    processes.append(gateway)
+    assert gateway.process is not None
+    users = ("alice", "bob")
+    async with httpx.AsyncClient(timeout=10) as client:
+
+        async def answered(count: int) -> bool:
+            feeds = [
+                (await client.get(f"{gateway.url}/web/v1/messages", params={"user": u})).json()
+                for u in users
+            ]
+            return sum(len(feed["messages"]) for feed in feeds) >= count
+
+        async def post(index: int) -> None:
+            response = await client.post(
+                f"{gateway.url}/web/v1/messages",
+                json={
+                    "user": users[index % 2],
+                    "text": f"question {index}",
+                    "message_id": f"q{index}",
+                },
+            )
+            assert response.status_code == 202
+
+        for index in range(10):
+            await post(index)
+        await wait_for(lambda: answered(10))
+        # A worker that dies mid-turn is started again; the turns it held are answered once.
+        (worker,) = worker_pids(gateway.process.pid)
+        for index in range(10, 20):
+            await post(index)
+        os.kill(worker, signal.SIGKILL)
+        await wait_for(lambda: answered(20), timeout=60)
+        await asyncio.sleep(0.5)
+        (restarted,) = worker_pids(gateway.process.pid)
+        assert restarted != worker
+        replies = [
+            reply
+            for u in users
+            for reply in (
+                await client.get(f"{gateway.url}/web/v1/messages", params={"user": u})
+            ).json()["messages"]
+        ]
+    assert sorted(reply["in_reply_to"] for reply in replies) == sorted(f"q{i}" for i in range(20))
+    assert "workers.started" in gateway.log_text()

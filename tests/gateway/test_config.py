@@ -180,6 +180,18 @@ def test_load_config_raises_config_error_with_every_problem(write_config):
     assert raised.value.problems[1].startswith(f"{path}:2: logging.level: Input should be 'debug'")
 
 
+def test_turn_workers_are_refused_on_sqlite(write_config):
+    path = write_config(
+        """
+        server:
+          turn_workers: 2
+        """
+    )
+    (problem,) = problem_lines(path)
+    assert "storage.database_url" in problem
+    assert "turn_workers needs PostgreSQL" in problem
+
+
 def test_problem_in_a_list_item_names_its_index_and_line(write_config):
     path = write_config(
         """
@@ -198,7 +210,7 @@ def test_problem_in_a_list_item_names_its_index_and_line(write_config):
 def test_unknown_key_without_a_close_match_lists_the_allowed_keys(write_config):
     path = write_config("server: {colour: blue}\n")
     assert problem_lines(path) == [
-        f"{path}:1: server.colour: unknown key (allowed: host, port, public_url)"
+        f"{path}:1: server.colour: unknown key (allowed: host, port, public_url, turn_workers)"
     ]
 
 
