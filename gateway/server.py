@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,8 +118,21 @@ async def _serve_turns(config: GatewayConfig, config_path: Path | None) -> None:
 
         loop.add_signal_handler(signal.SIGHUP, request_reload)
         runtime.start_background()
+        watch = asyncio.create_task(_stop_when_orphaned(stopped), name="parent-watch")
         log.info("workers.ready")
         await stopped.wait()
+        watch.cancel()
         log.info("gateway.stopping", role="turns")
     finally:
         await runtime.close()
+
+
+async def _stop_when_orphaned(stopped: asyncio.Event, interval: float = 1.0) -> None:
+    """Stop the worker when the process that started it is gone (killed without passing
+    the signal on): a worker must not outlive its gateway."""
+    parent = os.getppid()
+    while not stopped.is_set():
+        await asyncio.sleep(interval)
+        if os.getppid() != parent:
+            log.warning("workers.orphaned", parent=parent)
+            stopped.set()

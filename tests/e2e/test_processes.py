@@ -271,3 +271,9 @@ async def test_an_accepting_gateway_with_a_turn_worker_answers_each_message_once
         ]
     assert sorted(reply["in_reply_to"] for reply in replies) == sorted(f"q{i}" for i in range(20))
     assert "workers.started" in gateway.log_text()
+    # A worker does not outlive its gateway, even one killed without passing the signal on.
+    gateway.kill(signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{restarted}").exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert not Path(f"/proc/{restarted}").exists()
