@@ -11,23 +11,22 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import GatewayError
 from gateway.inbox import sender_key
 from gateway.log import get_logger
 from sessions.export import export_session, session_record
-from sessions.lifecycle import transition
+from sessions.lifecycle import archive_session
+from storage.admin_queries import AdminRepository
 from storage.database import Database
 from storage.models import (
-    InboundEvent,
     Session,
     SessionChannel,
     SessionStatus,
@@ -84,16 +83,15 @@ class Administration:
         limit: int = 1000,
     ) -> list[dict[str, Any]]:
         """Sessions, most recently active first, each with its channels."""
-        statement = select(Session).order_by(Session.last_active_at.desc()).limit(limit)
-        if user_id is not None:
-            statement = statement.where(Session.user_id == user_id)
-        if status is not None:
-            statement = statement.where(Session.status == SessionStatus(status).value)
-        if since is not None:
-            statement = statement.where(Session.last_active_at >= self.clock() - since)
         async with self.database.session() as db:
-            sessions = list((await db.execute(statement)).scalars())
-            channels = await _channels_of(db, [s.id for s in sessions])
+            admin = AdminRepository(db)
+            sessions = await admin.sessions(
+                user_id=user_id,
+                status=SessionStatus(status) if status is not None else None,
+                active_since=self.clock() - since if since is not None else None,
+                limit=limit,
+            )
+            channels = _channel_records(await admin.channels_of([s.id for s in sessions]))
         return [{**session_record(s), "channels": channels.get(s.id, [])} for s in sessions]
 
     async def show_session(self, session_id: str) -> dict[str, Any]:
@@ -105,8 +103,9 @@ class Administration:
     async def archive_session(self, session_id: str) -> dict[str, Any]:
         """Archive an active session (its summary is written by the background job)."""
         async with self.database.session() as db:
-            session = await _session(db, session_id, for_update=True)
-            transition(session, SessionStatus.ARCHIVED, at=self.clock(), reason="admin")
+            session = await archive_session(db, session_id, at=self.clock(), reason="admin")
+            if session is None:
+                raise NotFoundError(f"no session {session_id!r}")
             return session_record(session)
 
     async def delete_session(self, session_id: str) -> Deletion:
@@ -131,23 +130,14 @@ class Administration:
                 raise NotFoundError(f"no user {user_id!r}")
             org_id = user.org_id
             identities = await UserRepository(db).identities(user_id)
-            count = await db.scalar(
-                select(func.count()).select_from(Session).where(Session.user_id == user_id)
-            )
+            count = await AdminRepository(db).session_count(user_id)
         objects = await self.transcripts.delete_user(org_id, user_id)
         keys = [sender_key(i.channel_type, i.external_id) for i in identities]
         async with self.database.session() as db:
-            orphaned = (
-                await db.execute(delete(InboundEvent).where(InboundEvent.sender_key.in_(keys)))
-                if keys
-                else None
-            )
+            inbound = await AdminRepository(db).delete_events_of_senders(keys)
             await UserRepository(db).delete(user_id)
-        inbound = int(orphaned.rowcount) if orphaned is not None else 0  # type: ignore[attr-defined]
         log.info("admin.user_deleted", user_id=user_id, sessions=count, transcript_objects=objects)
-        return Deletion(
-            sessions=int(count or 0), transcript_objects=objects, inbound_events=inbound
-        )
+        return Deletion(sessions=count, transcript_objects=objects, inbound_events=inbound)
 
     async def export_zip(
         self,
@@ -214,12 +204,10 @@ class Administration:
     async def list_users(self) -> list[dict[str, Any]]:
         """Every user with their identities and session count."""
         async with self.database.session() as db:
-            users = list((await db.execute(select(User).order_by(User.id))).scalars())
-            identities = await _identities_of(db, [u.id for u in users])
-            grouped = await db.execute(
-                select(Session.user_id, func.count()).group_by(Session.user_id)
-            )
-            counts = {user_id: int(count) for user_id, count in grouped}
+            admin = AdminRepository(db)
+            users = await admin.users()
+            identities = _identity_records(await admin.identities_of([u.id for u in users]))
+            counts = await admin.session_counts()
         return [_user_record(u, identities.get(u.id, []), counts.get(u.id, 0)) for u in users]
 
     async def show_user(self, user_id: str) -> dict[str, Any]:
@@ -228,12 +216,11 @@ class Administration:
             user = await db.get(User, user_id)
             if user is None:
                 raise NotFoundError(f"no user {user_id!r}")
-            identities = (await _identities_of(db, [user_id])).get(user_id, [])
-            count = await db.scalar(
-                select(func.count()).select_from(Session).where(Session.user_id == user_id)
-            )
+            admin = AdminRepository(db)
+            identities = _identity_records(await admin.identities_of([user_id])).get(user_id, [])
+            count = await admin.session_count(user_id)
             facts = await MemoryRepository(db).facts(user_id)
-        record = _user_record(user, identities, int(count or 0))
+        record = _user_record(user, identities, count)
         record["memory_facts"] = [{"key": f.fact_key, "fact": f.fact} for f in facts]
         return record
 
@@ -256,38 +243,29 @@ async def _session(db: AsyncSession, session_id: str, *, for_update: bool = Fals
     return session
 
 
-async def _channels_of(db: AsyncSession, ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-    found: dict[str, list[dict[str, Any]]] = {}
-    if not ids:
-        return found
-    rows = await db.execute(
-        select(SessionChannel).where(SessionChannel.session_id.in_(ids)).order_by(SessionChannel.id)
-    )
-    for channel in rows.scalars():
-        found.setdefault(channel.session_id, []).append(
+def _channel_records(
+    channels: dict[str, list[SessionChannel]],
+) -> dict[str, list[dict[str, Any]]]:
+    return {
+        session_id: [
             {
                 "channel_type": channel.channel_type,
                 "channel_id": channel.channel_id,
                 "thread_id": channel.thread_id or None,
             }
-        )
-    return found
+            for channel in rows
+        ]
+        for session_id, rows in channels.items()
+    }
 
 
-async def _identities_of(db: AsyncSession, ids: Sequence[str]) -> dict[str, list[dict[str, str]]]:
-    found: dict[str, list[dict[str, str]]] = {}
-    if not ids:
-        return found
-    rows = await db.execute(
-        select(UserChannelIdentity)
-        .where(UserChannelIdentity.user_id.in_(ids))
-        .order_by(UserChannelIdentity.channel_type, UserChannelIdentity.external_id)
-    )
-    for identity in rows.scalars():
-        found.setdefault(identity.user_id, []).append(
-            {"channel_type": identity.channel_type, "external_id": identity.external_id}
-        )
-    return found
+def _identity_records(
+    identities: dict[str, list[UserChannelIdentity]],
+) -> dict[str, list[dict[str, str]]]:
+    return {
+        user_id: [{"channel_type": i.channel_type, "external_id": i.external_id} for i in rows]
+        for user_id, rows in identities.items()
+    }
 
 
 def _user_record(user: User, identities: list[dict[str, str]], sessions: int) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -46,7 +45,7 @@ async def metrics(request: Request) -> Response:
     runtime = _runtime(request)
     try:
         await runtime.refresh_gauges()
-    except (StorageError, SQLAlchemyError) as exc:
+    except StorageError as exc:
         # The counters are still worth serving; the gauges keep their last values.
         log.warning("metrics.gauges_failed", error=str(exc).splitlines()[0])
     return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)

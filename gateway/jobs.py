@@ -17,7 +17,6 @@ from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from errors import GatewayError
@@ -25,9 +24,10 @@ from gateway.admin import Administration
 from gateway.locks import TurnLocks
 from gateway.log import get_logger
 from sessions.engine import SessionEngine
-from sessions.lifecycle import transition
+from sessions.lifecycle import archive_session
+from storage.admin_queries import AdminRepository
 from storage.database import Database
-from storage.models import Session, SessionStatus
+from storage.models import SessionStatus
 from storage.repositories import LeaseRepository, SessionRepository
 
 log = get_logger(__name__)
@@ -119,16 +119,7 @@ class BackgroundJobs:
             return 0
         cutoff = self.clock() - self.delete_after
         async with self.database.session() as db:
-            expired = (
-                await db.execute(
-                    select(Session.id, Session.user_id)
-                    .where(
-                        Session.status == SessionStatus.ARCHIVED.value,
-                        Session.last_active_at < cutoff,
-                    )
-                    .limit(batch)
-                )
-            ).all()
+            expired = await AdminRepository(db).archived_before(cutoff, limit=batch)
         deleted = 0
         for session_id, user_id in expired:
             async with self.locks.hold(f"user:{user_id}") as held:
@@ -163,15 +154,10 @@ class BackgroundJobs:
                 if not held:
                     continue
                 async with self.database.session() as db:
-                    session = await SessionRepository(db).get(candidate.id, for_update=True)
-                    if (
-                        session is None
-                        or session.status != SessionStatus.ACTIVE.value
-                        or session.last_active_at >= cutoff
+                    if await archive_session(
+                        db, candidate.id, at=self.clock(), reason="idle", idle_before=cutoff
                     ):
-                        continue
-                    transition(session, SessionStatus.ARCHIVED, at=self.clock(), reason="idle")
-                    archived += 1
+                        archived += 1
         if archived:
             log.info("jobs.sessions_archived", count=archived)
         return archived

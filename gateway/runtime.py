@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import func, select
-
 from channels.base import ChannelAdapter, ChannelType
 from channels.web import WebChannel, WebSettings
 from errors import GatewayError
@@ -37,9 +35,10 @@ from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from sessions.recall import RecallSearch, session_referenced
 from sessions.routing import RoutingPolicy, SessionThreads
 from sessions.turn import TurnService
+from storage.admin_queries import AdminRepository
 from storage.database import Database
 from storage.inbox_signal import InboxListener, InboxNotifier
-from storage.models import InboundEvent, InboundStatus, Session, SessionStatus, utcnow
+from storage.models import utcnow
 from storage.repositories import OutboxRepository
 from storage.transcripts import LocalTranscriptStore, TranscriptStore
 
@@ -475,19 +474,10 @@ class GatewayRuntime:
         """Read the backlogs and the active sessions into the metrics (at each scrape)."""
         async with self.database.session() as db:
             outbox = await OutboxRepository(db).backlog()
-            active = await db.scalar(
-                select(func.count())
-                .select_from(Session)
-                .where(Session.status == SessionStatus.ACTIVE.value)
-            )
-            inbox = await db.scalar(
-                select(func.count())
-                .select_from(InboundEvent)
-                .where(InboundEvent.status == InboundStatus.PENDING.value)
-            )
+            active, inbox = await AdminRepository(db).gauges()
         self.metrics.outbox_backlog.set(outbox)
-        self.metrics.active_sessions.set(active or 0)
-        self.metrics.inbox_backlog.set(inbox or 0)
+        self.metrics.active_sessions.set(active)
+        self.metrics.inbox_backlog.set(inbox)
 
     def start_background(self) -> None:
         """Start the dispatcher, the outbox sender and the background jobs (not in a process

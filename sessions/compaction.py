@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 
 import structlog
-from sqlalchemy.exc import SQLAlchemyError
 
 from errors import ArchiveExistsError, LLMError, StorageError
 from sessions.context import HistoryMessage, history_text
@@ -185,7 +184,7 @@ class Compactor:
             number = session.compaction_count + 1
         try:
             result = await self._run(ref, number, previous, rows)
-        except (StorageError, LLMError, SQLAlchemyError) as exc:
+        except (StorageError, LLMError) as exc:
             log.warning("compaction.deferred", session_id=session_id, error=str(exc))
             if isinstance(exc, StorageError):
                 self.on_archive_failed()

@@ -13,9 +13,11 @@ from __future__ import annotations
 from datetime import datetime
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import SessionStateError
 from storage.models import Session, SessionStatus
+from storage.repositories import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -53,3 +55,28 @@ def transition(session: Session, target: SessionStatus, *, at: datetime, reason:
         to_status=target.value,
         reason=reason,
     )
+
+
+async def archive_session(
+    db: AsyncSession,
+    session_id: str,
+    *,
+    at: datetime,
+    reason: str,
+    idle_before: datetime | None = None,
+) -> Session | None:
+    """Archive the session in the caller's transaction (its row locked until the end).
+
+    With `idle_before`, only an active session last active before then (the idle job, which
+    checks again under the row lock what it listed without one). The archived row, or None
+    when there was nothing to archive.
+    """
+    session = await SessionRepository(db).get(session_id, for_update=True)
+    if session is None:
+        return None
+    if idle_before is not None and (
+        session.status != ACTIVE.value or session.last_active_at >= idle_before
+    ):
+        return None
+    transition(session, ARCHIVED, at=at, reason=reason)
+    return session
