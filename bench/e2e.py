@@ -103,6 +103,7 @@ from routing import (
     percentiles_ms,
     read_database_counters,
     read_machine_ticks,
+    read_process,
     write_config,
 )
 from slack_ack import slack_overrides
@@ -689,6 +690,30 @@ def read_thread_cpu(pid: int) -> tuple[float, float]:
     return main, others
 
 
+def threads_cpu(pids: Sequence[int]) -> tuple[float, float]:
+    """`read_thread_cpu` of several processes added up."""
+    main = others = 0.0
+    for pid in pids:
+        loop, rest = read_thread_cpu(pid)
+        main, others = main + loop, others + rest
+    return main, others
+
+
+def turn_workers(parent: int) -> list[int]:
+    """The pids of a gateway's turn workers: its children running `gateway run --role turns`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
+            if int(stat.rsplit(")", 1)[1].split()[1]) != parent:
+                continue
+            if b"turns" in (entry / "cmdline").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
 def read_rss_mb(pid: int) -> float | None:
     """Resident memory now (VmRSS), in MB."""
     with contextlib.suppress(OSError, ValueError, IndexError):
@@ -726,10 +751,21 @@ class GatewaysCpu:
 
     @classmethod
     def take(cls, gateways: Sequence[GatewayProcess], database: str) -> GatewaysCpu:
-        """The counters now (`database`: the gateways' database, for the process labels)."""
-        each = tuple(gateway.sample() for gateway in gateways)
-        threads = tuple(read_thread_cpu(gateway.process.pid) for gateway in gateways)
+        """The counters now (`database`: the gateways' database, for the process labels).
+
+        A gateway's turn workers (`server.turn_workers`, its children) count as part of it.
+        """
+        workers = {gateway.process.pid: turn_workers(gateway.process.pid) for gateway in gateways}
+        each = tuple(
+            together([gateway.sample(), *map(read_process, workers[gateway.process.pid])])
+            for gateway in gateways
+        )
+        threads = tuple(
+            threads_cpu([gateway.process.pid, *workers[gateway.process.pid]])
+            for gateway in gateways
+        )
         pids = {gateway.process.pid for gateway in gateways}
+        pids |= {pid for found in workers.values() for pid in found}
         processes = cpu_by_process(database)
         machine = CpuSnapshot(
             gateway=together(each),
