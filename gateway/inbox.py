@@ -3,6 +3,12 @@
 A message whose (channel, message id) was seen before is a duplicate (a platform retry) and is
 dropped with a log line; everything else waits in `inbound_events` until the dispatcher has
 answered it, so a crash after the acknowledgement loses nothing.
+
+Messages that arrive together are committed together (`gateway.group_commit`): one
+transaction, one multi-row INSERT, for whatever arrived while the previous one ran. Each caller
+still returns only after its own row is committed, and a batch that fails fails every caller
+in it, so each platform retries; a batch the database refused for the values in one message is
+retried message by message, so that message fails alone.
 """
 
 from __future__ import annotations
@@ -12,16 +18,19 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from channels.base import AcceptResult, ChannelMessage
 from errors import StorageError
+from gateway.group_commit import GroupCommit, refused_for_its_content
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
+from storage.models import InboundEvent
 from storage.repositories import InboxRepository
 
 log = get_logger(__name__)
+
+# Messages per transaction at most: a few hundred kB of payloads in one statement.
+MAX_BATCH = 128
 
 
 def sender_key(channel_type: str, user_identifier: str) -> str:
@@ -49,6 +58,9 @@ class Inbox:
         self.metrics = metrics
         self.clock = clock
         self.on_accept = on_accept
+        self._arrivals: GroupCommit[InboundEvent, int | None] = GroupCommit(
+            self._store, max_batch=MAX_BATCH, split_on=refused_for_its_content
+        )
 
     async def accept(self, message: ChannelMessage) -> AcceptResult:
         """Commit the message (or recognise a duplicate); raises `StorageError` on failure.
@@ -58,45 +70,49 @@ class Inbox:
         """
         channel = message.channel_type.value
         record, raw = storable(message.to_record()), storable(dict(message.raw))
-        sender = sender_key(channel, record["user_identifier"])
+        event = InboundEvent(
+            channel_type=channel,
+            message_id=record["message_id"],
+            sender_key=sender_key(channel, record["user_identifier"]),
+            received_at=self.clock(),
+            message=record,
+            raw_payload=raw,
+        )
         try:
-            event_id = await self._store(channel, record["message_id"], sender, record, raw)
-        except SQLAlchemyError as exc:
+            event_id = await self._arrivals.submit(event)
+        except StorageError as exc:
             log.error(
                 "inbox.accept_failed",
                 channel=channel,
-                message_id=record["message_id"],
+                message_id=event.message_id,
                 error=str(exc).splitlines()[0],
             )
             raise StorageError(f"could not store the inbound message: {exc}") from exc
-        if event_id is None:
-            self.metrics.duplicates_dropped.labels(channel).inc()
-            log.info("inbox.duplicate_dropped", channel=channel, message_id=record["message_id"])
-            return AcceptResult(accepted=False, message_id=message.message_id)
-        self.metrics.messages_in.labels(channel).inc()
-        log.info(
-            "inbox.accepted", channel=channel, message_id=record["message_id"], event_id=event_id
-        )
-        self.on_accept(sender)
-        return AcceptResult(accepted=True, message_id=message.message_id)
+        return AcceptResult(accepted=event_id is not None, message_id=message.message_id)
 
-    async def _store(
-        self,
-        channel: str,
-        message_id: str,
-        sender: str,
-        record: dict[str, Any],
-        raw: dict[str, Any],
-    ) -> int | None:
+    async def _store(self, events: list[InboundEvent]) -> list[int | None]:
         async with self.database.session() as session:
-            return await InboxRepository(session).accept(
-                channel,
-                message_id,
-                sender_key=sender,
-                message=record,
-                raw_payload=raw,
-                at=self.clock(),
-            )
+            event_ids = await InboxRepository(session).accept_many(events)
+        # Committed: counted, logged and handed to the dispatcher here rather than by each
+        # caller, so a caller that went away (a closed request) cannot hide its message.
+        for event, event_id in zip(events, event_ids, strict=True):
+            if event_id is None:
+                self.metrics.duplicates_dropped.labels(event.channel_type).inc()
+                log.info(
+                    "inbox.duplicate_dropped",
+                    channel=event.channel_type,
+                    message_id=event.message_id,
+                )
+            else:
+                self.metrics.messages_in.labels(event.channel_type).inc()
+                log.info(
+                    "inbox.accepted",
+                    channel=event.channel_type,
+                    message_id=event.message_id,
+                    event_id=event_id,
+                )
+                self.on_accept(event.sender_key)
+        return event_ids
 
 
 def storable(value: Any) -> Any:

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gateway.group_commit import GroupCommit
 from gateway.log import get_logger
 from storage.database import Database
 
@@ -62,13 +64,36 @@ def advisory_key(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big", signed=True)
 
 
+@dataclass(frozen=True, slots=True)
+class LockCall:
+    """One call on the lock connection: take (try-lock) or release an advisory number."""
+
+    number: int
+    take: bool
+
+
+# One statement for every call that queued up: each row takes or releases one number. A key
+# appears twice only when a release is still queued as the key's next holder takes it; the
+# server counts advisory locks per connection, so either order leaves it taken once.
+LOCK_CALLS = text(
+    "SELECT CASE WHEN c.take THEN pg_try_advisory_lock(c.number)"
+    " ELSE pg_advisory_unlock(c.number) END"
+    " FROM unnest(CAST(:numbers AS bigint[]), CAST(:takes AS boolean[]))"
+    " WITH ORDINALITY AS c(number, take, position)"
+    " ORDER BY c.position"
+)
+MAX_CALLS = 1000  # calls per statement at most
+
+
 class PostgresTurnLocks:
     """Advisory try-locks shared by every gateway process on one PostgreSQL database.
 
     A process holds all its locks on one connection of its own (in autocommit), so a turn
-    waiting for the model keeps no pooled connection busy and taking or releasing a lock is a
-    single round trip. If that connection is lost the server releases its locks; the next
-    lock operation reconnects and takes back the keys still held here, logging any that
+    waiting for the model keeps no pooled connection busy. The calls that queue up while one
+    statement runs go together in the next (`gateway.group_commit`), so however many turns
+    start or end at once, taking and releasing their locks costs a round trip (and a commit)
+    per batch, not per call. If that connection is lost the server releases its locks; the
+    next lock operation reconnects and takes back the keys still held here, logging any that
     another process took in between.
     """
 
@@ -78,6 +103,9 @@ class PostgresTurnLocks:
         self._connection: AsyncConnection | None = None
         self._in_use = asyncio.Lock()
         self._held: dict[str, int] = {}  # keys locked at the server: key → advisory number
+        self._calls: GroupCommit[LockCall, bool] = GroupCommit(
+            self._run, max_batch=MAX_CALLS, abandoned=self._release_abandoned
+        )
 
     @asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[bool]:
@@ -89,40 +117,46 @@ class PostgresTurnLocks:
                 yield False
                 return
             number = advisory_key(key)
-            acquired = await self._call(func.pg_try_advisory_lock, number)
+            acquired = await self._calls.submit(LockCall(number, take=True))
             if acquired:
                 self._held[key] = number
             try:
                 yield acquired
             finally:
                 if acquired:
-                    await asyncio.shield(self._release(key, number))
+                    # Queued at once (a holder cancelled here must not leave the key locked);
+                    # False from the server means the lock went with a lost connection,
+                    # which was logged then.
+                    self._held.pop(key, None)
+                    await asyncio.shield(self._calls.enqueue(LockCall(number, take=False)))
 
     async def close(self) -> None:
         """Close the lock connection (the server releases whatever it still held)."""
+        await self._calls.drained()
         async with self._in_use:
             await self._disconnect()
 
-    async def _release(self, key: str, number: int) -> None:
-        # False from the server means the lock went with a lost connection: already logged.
-        self._held.pop(key, None)
-        await self._call(func.pg_advisory_unlock, number)
+    def _release_abandoned(self, call: LockCall, taken: bool) -> None:
+        # The caller was cancelled while its lock was being taken: nobody holds it, so it is
+        # released (each successful take needs its own release: the locks are re-entrant).
+        if call.take and taken:
+            self._calls.enqueue(LockCall(call.number, take=False))
 
-    async def _call(self, function: Callable[[int], Any], number: int) -> bool:
+    async def _run(self, calls: list[LockCall]) -> list[bool]:
         async with self._in_use:
             try:
-                return await self._call_once(function, number)
+                return await self._run_once(calls)
             except DBAPIError as exc:
                 if not exc.connection_invalidated:
                     raise
             # The connection was lost (a database restart, a terminated backend): once more
             # on a new one, which takes back the locks still held here first.
-            return await self._call_once(function, number)
+            return await self._run_once(calls)
 
-    async def _call_once(self, function: Callable[[int], Any], number: int) -> bool:
+    async def _run_once(self, calls: list[LockCall]) -> list[bool]:
         connection = await self._connected()
         try:
-            return bool(await connection.scalar(select(function(number))))
+            return await _execute(connection, calls)
         except BaseException:
             # Failed or cancelled mid-call: the connection's state is unknown (and with it the
             # server's locks); the next call starts on a new one.
@@ -136,17 +170,15 @@ class PostgresTurnLocks:
         connection = await self.database.engine.connect()
         try:
             connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
-            lost = [
-                key
-                for key, number in list(self._held.items())
-                if not await connection.scalar(select(func.pg_try_advisory_lock(number)))
-            ]
+            held = list(self._held.items())
+            taken = await _execute(connection, [LockCall(number, take=True) for _, number in held])
         except BaseException:
             await connection.close()
             raise
         self._connection = connection
-        if self._held:
-            log.warning("turn_lock.reconnected", held=len(self._held), lost=len(lost))
+        lost = [key for (key, _), retaken in zip(held, taken, strict=True) if not retaken]
+        if held:
+            log.warning("turn_lock.reconnected", held=len(held), lost=len(lost))
         for key in lost:
             # Another process took the key while this one had no connection: the turns of
             # that user may have overlapped once. Nothing to undo here; said loudly.
@@ -161,6 +193,17 @@ class PostgresTurnLocks:
             with suppress(SQLAlchemyError, OSError):
                 await connection.invalidate()
                 await connection.close()
+
+
+async def _execute(connection: AsyncConnection, calls: list[LockCall]) -> list[bool]:
+    """Run the calls in one statement; one result per call, in order."""
+    if not calls:
+        return []
+    result = await connection.execute(
+        LOCK_CALLS,
+        {"numbers": [call.number for call in calls], "takes": [call.take for call in calls]},
+    )
+    return [bool(done) for done in result.scalars()]
 
 
 def turn_locks_for(database: Database) -> TurnLocks:

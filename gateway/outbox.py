@@ -5,6 +5,11 @@ one that dies mid-send leaves it to be claimed again), sent, and marked delivere
 platform's message id. A failed send is retried with exponential backoff and full jitter, or
 after the platform's own `Retry-After`, up to `max_attempts`; then it is marked failed and
 logged.
+
+Delivery marks that fall together share one transaction (`gateway.group_commit`). A send
+finishes only once its mark is committed, and an idle sender commits a mark at once, so the
+window in which a crash leaves a sent reply unmarked (the lease then brings it back and it is
+sent again) grows by at most the one transaction the mark may wait for.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from channels.base import ChannelAdapter, ChannelType, FileToSend, OutboundMessage
 from errors import DeliveryError, GatewayError
+from gateway.group_commit import GroupCommit, refused_for_its_content
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
@@ -30,6 +36,7 @@ from storage.repositories import OutboxRepository
 log = get_logger(__name__)
 
 CLAIM_BATCH = 50
+MARK_BATCH = 256  # delivery marks per transaction at most
 # The outbound row keeps a reply's file (an export) in its reply context under this key.
 ATTACHMENT_KEY = "attachment"
 
@@ -49,6 +56,14 @@ class RetryPolicy:
             return min(max(retry_after, 0.0), self.max_delay)
         ceiling = min(self.max_delay, self.base_delay * 2 ** max(attempt - 1, 0))
         return random.uniform(ceiling / 2, ceiling)  # noqa: S311 (jitter, not security)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A reply the platform accepted, to be marked delivered."""
+
+    outbound_id: int
+    platform_message_id: str | None
 
 
 class OutboxSender:
@@ -75,6 +90,9 @@ class OutboxSender:
         self._wake = asyncio.Event()
         self._stopping = False
         self._sending: set[asyncio.Task[None]] = set()
+        self._marks: GroupCommit[Delivered, None] = GroupCommit(
+            self._mark_delivered, max_batch=MARK_BATCH, split_on=refused_for_its_content
+        )
 
     def send_now(self, row: OutboundRow) -> None:
         """Send a reply this process committed already claimed (status `sending`, leased)."""
@@ -89,6 +107,7 @@ class OutboxSender:
         finally:
             if self._sending:
                 await asyncio.gather(*set(self._sending), return_exceptions=True)
+            await self._marks.drained()
 
     async def _claim_until_stopped(self) -> None:
         while not self._stopping:
@@ -121,10 +140,6 @@ class OutboxSender:
                 log.error("outbox.send_crashed", message_id=row.message_id, error=repr(result))
         return len(rows)
 
-    async def _send(self, row: OutboundRow) -> None:
-        async with self._slots:
-            await self._send_one(row)
-
     async def _send_claimed(self, row: OutboundRow) -> None:
         try:
             await self._send(row)
@@ -132,7 +147,7 @@ class OutboxSender:
             # The lease brings the row back to the claiming loop.
             log.error("outbox.send_crashed", message_id=row.message_id, error=repr(exc))
 
-    async def _send_one(self, row: OutboundRow) -> None:
+    async def _send(self, row: OutboundRow) -> None:
         channel = ChannelType(row.channel_type)
         adapter = self.adapters.get(channel)
         if adapter is None:
@@ -140,7 +155,10 @@ class OutboxSender:
             await self._failed(row, not_enabled)
             return
         try:
-            receipt = await adapter.send(_outbound(row))
+            # The slot bounds the calls to platforms only: a reply waiting for its delivery
+            # mark does not keep another from being sent.
+            async with self._slots:
+                receipt = await adapter.send(_outbound(row))
         except DeliveryError as exc:
             await self._failed(row, exc)
             return
@@ -152,10 +170,7 @@ class OutboxSender:
             )
             await self._failed(row, DeliveryError(f"{type(exc).__name__}: {exc}"))
             return
-        async with self.database.session() as db:
-            await OutboxRepository(db).mark_delivered(
-                row.id, platform_message_id=receipt.platform_message_id, at=self.clock()
-            )
+        await self._marks.submit(Delivered(row.id, receipt.platform_message_id))
         self.metrics.messages_out.labels(channel.value, "delivered").inc()
         log.info(
             "outbox.delivered",
@@ -164,6 +179,13 @@ class OutboxSender:
             in_reply_to=row.in_reply_to,
             attempts=row.attempts + 1,
         )
+
+    async def _mark_delivered(self, marks: list[Delivered]) -> list[None]:
+        async with self.database.session() as db:
+            await OutboxRepository(db).mark_delivered_many(
+                {mark.outbound_id: mark.platform_message_id for mark in marks}, at=self.clock()
+            )
+        return [None] * len(marks)
 
     async def _failed(self, row: OutboundRow, exc: DeliveryError) -> None:
         attempt = row.attempts + 1

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, tuple_, update
+from sqlalchemy import case, delete, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -512,6 +512,40 @@ class InboxRepository:
         result = await self.session.execute(statement)
         return result.scalar_one_or_none()
 
+    async def accept_many(self, events: Sequence[InboundEvent]) -> list[int | None]:
+        """Insert new (not yet added) events with one multi-row statement, in the given order.
+
+        For each event its row id, or None when its (channel, message id) was seen before: in
+        the table, or earlier in `events`.
+        """
+        table = InboundEvent.__table__
+        firsts: dict[tuple[str, str], InboundEvent] = {}
+        for event in events:
+            firsts.setdefault((event.channel_type, event.message_id), event)
+        rows = [
+            {
+                "channel_type": event.channel_type,
+                "message_id": event.message_id,
+                "sender_key": event.sender_key,
+                "status": InboundStatus.PENDING.value,
+                "received_at": event.received_at,
+                "message": event.message,
+                "raw_payload": event.raw_payload,
+            }
+            for event in firsts.values()
+        ]
+        statement = (
+            _insert(self.session, table)
+            .on_conflict_do_nothing(index_elements=["channel_type", "message_id"])
+            .returning(table.c.id, table.c.channel_type, table.c.message_id)
+        )
+        # A list of rows is one INSERT … VALUES (…), (…) … RETURNING (SQLAlchemy's
+        # "insertmanyvalues"), compiled once whatever the number of rows.
+        result = await self.session.execute(statement, rows)
+        ids = {(channel, message_id): row_id for row_id, channel, message_id in result}
+        # pop: the first of several events with one key gets the id, the others None.
+        return [ids.pop((event.channel_type, event.message_id), None) for event in events]
+
     async def get(self, event_id: int) -> InboundEvent | None:
         """The inbound event, or None."""
         return await self.session.get(InboundEvent, event_id)
@@ -680,12 +714,21 @@ class OutboxRepository:
         self, outbound_id: int, *, platform_message_id: str | None, at: datetime
     ) -> None:
         """The platform accepted the reply."""
+        await self.mark_delivered_many({outbound_id: platform_message_id}, at=at)
+
+    async def mark_delivered_many(
+        self, platform_message_ids: dict[int, str | None], *, at: datetime
+    ) -> None:
+        """The platform accepted these replies (outbound row id → the platform's message id):
+        one UPDATE for all of them."""
+        if not platform_message_ids:
+            return
         await self.session.execute(
             update(OutboundMessage)
-            .where(OutboundMessage.id == outbound_id)
+            .where(OutboundMessage.id.in_(list(platform_message_ids)))
             .values(
                 status=OutboundStatus.DELIVERED.value,
-                platform_message_id=platform_message_id,
+                platform_message_id=case(platform_message_ids, value=OutboundMessage.id),
                 delivered_at=at,
                 attempts=OutboundMessage.attempts + 1,
                 last_error=None,

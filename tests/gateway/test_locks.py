@@ -1,13 +1,16 @@
 """Turn locks on PostgreSQL: one holder per key across processes, all of a process's locks on
-one connection, and locks taken back after that connection is lost."""
+one connection, calls that queue up run as one statement, and locks taken back after that
+connection is lost."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from structlog.testing import capture_logs
 
 from gateway.locks import LocalTurnLocks, PostgresTurnLocks
@@ -33,6 +36,47 @@ async def lock_backend_pids(database: Database) -> list[int]:
             )
         )
         return [int(pid) for pid in result.scalars()]
+
+
+async def terminate_backend(database: Database, pid: int) -> None:
+    """End a server process and wait until it is gone (and its locks with it):
+    `pg_terminate_backend` only sends the signal."""
+    async with database.engine.connect() as connection:
+        await connection.execute(text(f"SELECT pg_terminate_backend({pid})"))
+        await connection.commit()
+        async with asyncio.timeout(10):
+            # One transaction per look: the activity view is a snapshot within a transaction.
+            while await connection.scalar(
+                text(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")
+            ):
+                await connection.commit()
+                await asyncio.sleep(0.01)
+            await connection.commit()
+
+
+@contextmanager
+def lock_statements(database: Database) -> Iterator[list[str]]:
+    """The statements that take or release advisory locks on the database's engine."""
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "advisory" in statement:
+            statements.append(statement)
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        yield statements
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", seen)
+
+
+async def wait_until_free(locks: PostgresTurnLocks, key: str) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            async with locks.hold(key) as held:
+                if held:
+                    return
+            await asyncio.sleep(0.01)
 
 
 async def test_a_key_has_one_holder_across_processes(
@@ -87,9 +131,7 @@ async def test_locks_are_taken_back_after_the_lock_connection_is_lost(
         assert alice
         assert carol
         (pid,) = await lock_backend_pids(databases[1])
-        async with databases[1].engine.connect() as connection:
-            await connection.execute(text(f"SELECT pg_terminate_backend({pid})"))
-            await connection.commit()
+        await terminate_backend(databases[1], pid)
         # Meanwhile the server released both; another process takes Carol's key.
         async with other.hold("user:carol") as carol_elsewhere:
             assert carol_elsewhere
@@ -117,3 +159,99 @@ async def test_local_locks_refuse_a_second_holder() -> None:
     async with locks.hold("user:alice") as again:
         assert again
     await locks.close()
+
+
+async def test_holds_that_start_and_end_together_cost_one_statement_each_way(
+    databases: tuple[Database, Database],
+) -> None:
+    locks, other = PostgresTurnLocks(databases[0]), PostgresTurnLocks(databases[1])
+    holding = 0
+    entered, release = asyncio.Event(), asyncio.Event()
+    outcomes: list[bool] = []
+
+    async def hold(key: str) -> None:
+        nonlocal holding
+        async with locks.hold(key) as held:
+            outcomes.append(held)
+            holding += 1
+            if holding == 100:
+                entered.set()
+            await release.wait()
+
+    with lock_statements(databases[0]) as statements:
+        tasks = [asyncio.create_task(hold(f"user:{n}")) for n in range(100)]
+        await asyncio.wait_for(entered.wait(), timeout=10)
+        taken = len(statements)
+        for n in (0, 57, 99):
+            async with other.hold(f"user:{n}") as elsewhere:
+                assert not elsewhere
+        release.set()
+        await asyncio.gather(*tasks)
+
+    assert outcomes == [True] * 100
+    # 100 locks and 100 releases: one statement per call before grouping, 200 in all.
+    assert taken == 1
+    assert len(statements) == 2
+    assert await lock_backend_pids(databases[1]) == []
+    await locks.close()
+    await other.close()
+
+
+async def test_each_holder_in_a_shared_statement_gets_its_own_answer(
+    databases: tuple[Database, Database],
+) -> None:
+    one, other = PostgresTurnLocks(databases[0]), PostgresTurnLocks(databases[1])
+    async with other.hold("user:bob") as bob_elsewhere:
+        assert bob_elsewhere
+        async with one.hold("user:alice") as alice:
+            assert alice
+            results = []
+
+            async def take(key: str) -> None:
+                async with one.hold(key) as held:
+                    results.append((key, held))
+
+            with lock_statements(databases[0]) as statements:
+                await asyncio.gather(take("user:bob"), take("user:dave"), take("user:alice"))
+        # Bob's and Dave's in one statement (and their releases in one more); Alice is
+        # refused in this process without asking the server.
+        assert sorted(results) == [("user:alice", False), ("user:bob", False), ("user:dave", True)]
+        assert len(statements) == 2
+    await one.close()
+    await other.close()
+
+
+async def test_a_lock_taken_for_a_cancelled_holder_is_released(
+    databases: tuple[Database, Database],
+) -> None:
+    one, other = PostgresTurnLocks(databases[0]), PostgresTurnLocks(databases[1])
+    in_flight = asyncio.Event()
+
+    def sent(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "pg_try_advisory_lock" in statement:
+            in_flight.set()
+
+    async def hold_forever(key: str) -> None:
+        async with one.hold(key):
+            await asyncio.Event().wait()
+
+    event.listen(databases[0].engine.sync_engine, "before_cursor_execute", sent)
+    try:
+        cancelled = asyncio.create_task(hold_forever("user:alice"))
+        kept = asyncio.create_task(hold_forever("user:bob"))
+        await asyncio.wait_for(in_flight.wait(), timeout=10)
+        cancelled.cancel()  # while the statement taking its lock (and Bob's) runs
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+    finally:
+        event.remove(databases[0].engine.sync_engine, "before_cursor_execute", sent)
+
+    await wait_until_free(other, "user:alice")
+    async with other.hold("user:bob") as bob_elsewhere:
+        assert not bob_elsewhere
+    kept.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await kept
+    await wait_until_free(other, "user:bob")
+    await one.close()
+    await other.close()

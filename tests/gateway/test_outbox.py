@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from channels.base import ChannelType, DeliveryReceipt, OutboundMessage
 from errors import DeliveryError
@@ -38,6 +39,32 @@ class SettableClock:
         self.now += timedelta(seconds=seconds)
 
 
+class CountingStatements:
+    """Counts the delivery marks (UPDATEs setting status 'delivered') and the commits that an
+    engine runs while the block runs."""
+
+    def __init__(self, database: Database) -> None:
+        self.engine = database.engine.sync_engine
+        self.marks = 0
+        self.commits = 0
+
+    def __enter__(self) -> CountingStatements:
+        event.listen(self.engine, "before_cursor_execute", self._statement)
+        event.listen(self.engine, "commit", self._commit)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._statement)
+        event.remove(self.engine, "commit", self._commit)
+
+    def _statement(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.startswith("UPDATE outbound_messages") and "CASE" in statement:
+            self.marks += 1
+
+    def _commit(self, _conn: Any) -> None:
+        self.commits += 1
+
+
 class FlakyAdapter:
     """A channel adapter that raises `failures` (in order) before it delivers; records calls."""
 
@@ -59,6 +86,8 @@ class FlakyAdapter:
             await asyncio.sleep(self.latency)
         if self.failures:
             raise self.failures.pop(0)
+        if message.message_id.endswith("-noid"):
+            return DeliveryReceipt(platform_message_id=None)  # e.g. an SMTP server's answer
         return DeliveryReceipt(platform_message_id=f"platform-{message.message_id}")
 
 
@@ -128,6 +157,58 @@ async def test_a_reply_is_delivered_once_and_marked_with_the_platform_id(
     assert row.last_error is None
     metrics = sender.metrics.render().decode()
     assert 'gateway_messages_out_total{channel="slack",outcome="delivered"} 1.0' in metrics
+
+
+async def test_replies_sent_together_are_marked_delivered_in_one_transaction(
+    database: Database,
+) -> None:
+    ids = [await enqueue(database, f"out-{n:02}") for n in range(20)]
+    ids.append(await enqueue(database, "out-20-noid"))
+    adapter = FlakyAdapter()
+    sender = sender_for(database, adapter, SettableClock())
+
+    with CountingStatements(database) as counted:
+        assert await sender.send_due() == 21
+
+    # One transaction claims, one marks all 21 (one per reply without grouping: 1 + 21).
+    assert (counted.marks, counted.commits) == (1, 2)
+    rows = [await stored(database, row_id) for row_id in ids]
+    assert {row.status for row in rows} == {"delivered"}
+    assert {row.attempts for row in rows} == {1}
+    assert {row.delivered_at for row in rows} == {T0}
+    assert [row.platform_message_id for row in rows] == [
+        *(f"platform-out-{n:02}" for n in range(20)),
+        None,
+    ]
+
+
+async def test_a_reply_handed_over_at_once_is_marked_delivered_when_the_sender_stops(
+    database: Database,
+) -> None:
+    async with database.session() as db:
+        row = await OutboxRepository(db).enqueue(
+            message_id="out-now",
+            channel_type="slack",
+            channel_id="C1",
+            content="now",
+            at=T0,
+            claimed_until=T0 + timedelta(seconds=120),
+        )
+    adapter = FlakyAdapter(latency=0.01)
+    sender = sender_for(database, adapter, SettableClock())
+    sender.poll_interval = 0.01
+    running = asyncio.create_task(sender.run())
+
+    sender.send_now(row)
+    sender.stop()
+    await running
+
+    assert [message.message_id for message in adapter.calls] == ["out-now"]
+    stored_row = await stored(database, row.id)
+    assert (stored_row.status, stored_row.platform_message_id) == (
+        "delivered",
+        "platform-out-now",
+    )
 
 
 async def test_retry_after_schedules_the_retry_exactly_then_and_success_marks_it_delivered(
