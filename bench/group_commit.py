@@ -28,7 +28,7 @@ from sqlalchemy import event, make_url
 
 from channels.base import ChannelMessage, ChannelType, DeliveryReceipt, OutboundMessage
 from gateway.inbox import Inbox
-from gateway.locks import PostgresTurnLocks
+from storage.locks import PostgresTurnLocks
 from gateway.log import configure_logging
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxSender

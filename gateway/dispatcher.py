@@ -19,10 +19,10 @@ from contextlib import suppress
 from channels.base import ChannelMessage
 from errors import GatewayError
 from gateway.identity import IdentityResolver, ResolvedUser
-from gateway.locks import TurnLocks
 from gateway.log import get_logger
 from gateway.turns import QueuedEvent, TurnProcessor
 from storage.database import Database
+from storage.locks import TurnLocks
 from storage.repositories import InboxRepository
 
 log = get_logger(__name__)

@@ -4,7 +4,7 @@ A message whose (channel, message id) was seen before is a duplicate (a platform
 dropped with a log line; everything else waits in `inbound_events` until the dispatcher has
 answered it, so a crash after the acknowledgement loses nothing.
 
-Messages that arrive together are committed together (`gateway.group_commit`): one
+Messages that arrive together are committed together (`storage.group_commit`): one
 transaction, one multi-row INSERT, for whatever arrived while the previous one ran. Each caller
 still returns only after its own row is committed, and a batch that fails fails every caller
 in it, so each platform retries; a batch the database refused for the values in one message is
@@ -20,10 +20,10 @@ from typing import Any
 
 from channels.base import AcceptResult, ChannelMessage
 from errors import StorageError
-from gateway.group_commit import GroupCommit, refused_for_its_content
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
+from storage.group_commit import GroupCommit, refused_for_its_content
 from storage.models import InboundEvent
 from storage.repositories import InboxRepository
 

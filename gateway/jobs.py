@@ -17,16 +17,14 @@ from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from errors import GatewayError
 from gateway.admin import Administration
-from gateway.locks import TurnLocks
 from gateway.log import get_logger
 from sessions.engine import SessionEngine
 from sessions.lifecycle import archive_session
 from storage.admin_queries import AdminRepository
 from storage.database import Database
+from storage.locks import TurnLocks
 from storage.models import SessionStatus
 from storage.repositories import LeaseRepository, SessionRepository
 
@@ -76,11 +74,11 @@ class BackgroundJobs:
                     await self.retry_deferred_compactions()
                     await self.engine.summarise_archived_sessions()
                     await self.enforce_retention()
-            except (GatewayError, SQLAlchemyError, OSError) as exc:
+            except (GatewayError, OSError) as exc:
                 log.error("jobs.failed", error=str(exc).splitlines()[0])
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=self.interval)
-        with suppress(GatewayError, SQLAlchemyError, OSError):
+        with suppress(GatewayError, OSError):
             async with self.database.session() as db:
                 await LeaseRepository(db).release(LEASE_NAME, self.holder)
 

@@ -6,7 +6,7 @@ platform's message id. A failed send is retried with exponential backoff and ful
 after the platform's own `Retry-After`, up to `max_attempts`; then it is marked failed and
 logged.
 
-Delivery marks that fall together share one transaction (`gateway.group_commit`). A send
+Delivery marks that fall together share one transaction (`storage.group_commit`). A send
 finishes only once its mark is committed, and an idle sender commits a mark at once, so the
 window in which a crash leaves a sent reply unmarked (the lease then brings it back and it is
 sent again) grows by at most the one transaction the mark may wait for.
@@ -22,14 +22,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from channels.base import ChannelAdapter, ChannelType, FileToSend, OutboundMessage
 from errors import DeliveryError, GatewayError
-from gateway.group_commit import GroupCommit, refused_for_its_content
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
+from storage.group_commit import GroupCommit, refused_for_its_content
 from storage.models import OutboundMessage as OutboundRow
 from storage.repositories import OutboxRepository
 
@@ -114,7 +112,7 @@ class OutboxSender:
             self._wake.clear()
             try:
                 claimed = await self.send_due()
-            except (GatewayError, SQLAlchemyError, OSError) as exc:
+            except (GatewayError, OSError) as exc:
                 log.error("outbox.claim_failed", error=str(exc).splitlines()[0])
                 claimed = 0
             if claimed >= CLAIM_BATCH:

@@ -21,7 +21,6 @@ from gateway.exports import SessionExports
 from gateway.identity import IdentityResolver, sync_identities
 from gateway.inbox import Inbox
 from gateway.jobs import BackgroundJobs
-from gateway.locks import TurnLocks, turn_locks_for
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxFeed, OutboxSender, SentReplies
@@ -38,6 +37,7 @@ from sessions.turn import TurnService
 from storage.admin_queries import AdminRepository
 from storage.database import Database
 from storage.inbox_signal import InboxListener, InboxNotifier
+from storage.locks import TurnLocks, turn_locks_for
 from storage.models import utcnow
 from storage.repositories import OutboxRepository
 from storage.transcripts import LocalTranscriptStore, TranscriptStore

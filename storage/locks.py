@@ -14,15 +14,16 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppres
 from dataclasses import dataclass
 from typing import Protocol
 
+import structlog
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gateway.group_commit import GroupCommit
-from gateway.log import get_logger
+from errors import StorageError
 from storage.database import Database
+from storage.group_commit import GroupCommit
 
-log = get_logger(__name__)
+log = structlog.stdlib.get_logger(__name__)
 
 
 class TurnLocks(Protocol):
@@ -90,7 +91,7 @@ class PostgresTurnLocks:
 
     A process holds all its locks on one connection of its own (in autocommit), so a turn
     waiting for the model keeps no pooled connection busy. The calls that queue up while one
-    statement runs go together in the next (`gateway.group_commit`), so however many turns
+    statement runs go together in the next (`storage.group_commit`), so however many turns
     start or end at once, taking and releasing their locks costs a round trip (and a commit)
     per batch, not per call. If that connection is lost the server releases its locks; the
     next lock operation reconnects and takes back the keys still held here, logging any that
@@ -145,13 +146,19 @@ class PostgresTurnLocks:
     async def _run(self, calls: list[LockCall]) -> list[bool]:
         async with self._in_use:
             try:
+                try:
+                    return await self._run_once(calls)
+                except DBAPIError as exc:
+                    if not exc.connection_invalidated:
+                        raise
+                # The connection was lost (a database restart, a terminated backend): once
+                # more on a new one, which takes back the locks still held here first.
                 return await self._run_once(calls)
-            except DBAPIError as exc:
-                if not exc.connection_invalidated:
-                    raise
-            # The connection was lost (a database restart, a terminated backend): once more
-            # on a new one, which takes back the locks still held here first.
-            return await self._run_once(calls)
+            except SQLAlchemyError as exc:
+                message = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+                raise StorageError(
+                    f"turn lock call failed: {message[0] if message else type(exc).__name__}"
+                ) from exc
 
     async def _run_once(self, calls: list[LockCall]) -> list[bool]:
         connection = await self._connected()

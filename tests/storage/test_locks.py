@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import event, text
 from structlog.testing import capture_logs
 
-from gateway.locks import LocalTurnLocks, PostgresTurnLocks
 from storage.database import Database
+from storage.locks import LocalTurnLocks, PostgresTurnLocks
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.exc import DataError, OperationalError
 
 from errors import StorageError
-from gateway.group_commit import GroupCommit, refused_for_its_content
+from storage.group_commit import GroupCommit, refused_for_its_content
 
 
 class Recorder:
