@@ -1,12 +1,20 @@
-"""Context assembly on long sessions: the time of `SessionEngine.assemble_context` for sessions
-of 100, 10,000 and 100,000 messages, on SQLite and PostgreSQL.
+"""Context assembly: the time of `SessionEngine.assemble_context` for sessions of 100, 10,000
+and 100,000 messages, and for a short session of a user with a long history, on SQLite and
+PostgreSQL.
 
-The goal: assembly costs what is sent, not how long the session is, so the p50 of the
-100,000-message session is within 1.5x of the 100-message one's.
+Two goals:
 
-For each backend it builds a database (a temporary SQLite file; a throwaway PostgreSQL database
-`gateway_bench_*`, dropped afterwards), migrates it, and loads one user's sessions shaped the
-way a running gateway leaves them:
+- assembly costs what is sent, not how long the session is: the p50 of the 100,000-message
+  session is within 1.5x of the 100-message one's;
+- assembly does not cost what the user's whole history costs: for a user with 100,000 indexed
+  turns in earlier sessions and a short current session, the p95 (outside and inside a
+  thread) is at most 15 ms. Every turn searches the user's earlier conversations (recall), so
+  this is where a search that grows with the history shows.
+
+Every case is a user of its own (a session of 100 messages is not measured on a user whose
+index also holds the 100,000-message session). For each backend it builds a database (a
+temporary SQLite file; a throwaway PostgreSQL database `gateway_bench_*`, dropped afterwards),
+migrates it, and loads the users' sessions shaped the way a running gateway leaves them:
 
 - user and assistant messages alternate (200-600 characters of sentences, `tokens` = chars/4);
   the last ten of every sixty are in a thread;
@@ -14,26 +22,33 @@ way a running gateway leaves them:
   its own rules (`CompactionPolicy.needed`, `split_point`) at every user message: about one per
   180 messages, contiguous message ranges, summaries of 1,500-6,000 characters, archive keys;
 - the session's counters (`last_seq`, message counts, tokens, `compaction_count`), its channel
-  and threads; 30 memory facts and 3 archived sessions with summaries, so every query of
-  assembly returns rows.
+  and threads; per user 30 memory facts and 3 archived sessions with summaries, so every query
+  of assembly returns rows;
+- the long history (`--history-turns`, default 100,000): archived sessions of 300 turns, one a
+  day before the current session, each with its session summary, inserted in bulk (the
+  database's triggers index every row as in production). A client's name comes up in one turn
+  of 5,000 of them, and the current session's last question asks about it, so the search
+  has a rare word to find far back as well as common ones nearby.
 
-Then, with the engine built as the gateway builds it (`open_engine`, offline LLM), it times
-`assemble_context(session_id)` and `assemble_context(session_id, thread_id)` for a thread with
-recent messages: warm-up calls first, then `--runs` rounds, each round calling every case once
-(interleaved, so a change of machine load hits all sizes alike). PostgreSQL's tables are
-ANALYZEd after loading, as autovacuum would have done in a running gateway; SQLite is left as
-the gateway leaves it (no ANALYZE).
+Then, with the engine built as the gateway builds it (`open_engine`, offline LLM, recall on),
+it times `assemble_context(session_id)` and `assemble_context(session_id, thread_id)` for a
+thread with recent messages: warm-up calls first, then `--runs` rounds, each round calling
+every case once (interleaved, so a change of machine load hits all cases alike).
+PostgreSQL's tables are ANALYZEd after loading, as autovacuum would have done in a running
+gateway; SQLite is left as the gateway leaves it (no ANALYZE).
 
 Run it (PostgreSQL on 127.0.0.1:5432, trust auth):
 
     .venv/bin/python bench/context.py
     .venv/bin/python bench/context.py --backends sqlite --sizes 100,10000 --runs 20
 
-One JSON object goes to stdout, progress to stderr: per backend and session size the p50, p95
-and mean in ms, `messages_sent` and `history_tokens` of the assembled request, `rows_read`
-(messages loaded: those since the last compaction), the same for the thread turn, and
-`ratio_p50` (largest/smallest size against the goal, and every size's ratio). The exit code is
-1 when the goal is not met on some backend, 2 when the benchmark could not run.
+Only the JSON object goes to stdout (the gateway's log lines, warnings and up, and the progress
+go to stderr): per backend and session size the p50, p95 and mean in ms, `messages_sent` and
+`history_tokens` of the assembled request, `rows_read` (messages loaded: those since the last
+compaction), `indexed_turns` (the user's recall index), the same for the thread turn, and
+`ratio_p50` (largest/smallest size against the goal, and every size's ratio); under
+`history`, the same figures for the user with the long history against the p95 goal. The exit
+code is 1 when a goal is not met on some backend, 2 when the benchmark could not run.
 """
 
 from __future__ import annotations
@@ -66,6 +81,7 @@ from sqlalchemy import insert, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from errors import StorageError
+from gateway.log import configure_logging
 from gateway.runtime import open_engine
 from gateway.settings import GatewayConfig
 from sessions.compaction import CompactionPolicy, split_point
@@ -84,6 +100,7 @@ from storage.models import (
     SessionSummary,
     utcnow,
 )
+from storage.recall_index import RecallIndexRepository
 from storage.repositories import (
     MemoryRepository,
     OrganizationRepository,
@@ -102,9 +119,18 @@ DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_SIZES = (100, 10_000, 100_000)
 BACKENDS = ("sqlite", "postgres")
 GOAL_RATIO = 1.5
-BATCH_ROWS = 5_000
+GOAL_HISTORY_P95_MS = 15.0
+# Rows per INSERT: one multi-row statement, so the database's recall triggers index (and
+# count) a batch at once, and within SQLite's limit of bound values per statement.
+BATCH_ROWS = 2_000
 ORG_ID = "acme"
-USER_ID = "u"
+HISTORY_USER = "u-history"
+DEFAULT_HISTORY_TURNS = 100_000
+HISTORY_SESSION_TURNS = 300
+CURRENT_SESSION_MESSAGES = 60  # one thread block: the last ten are in a thread
+RARE_EVERY = 5_000  # history turns; one of them mentions the client
+RARE_MENTION = "The Halvorsen renewal still waits for their procurement sign-off."
+RARE_QUESTION = "Where did we leave the Halvorsen renewal?"
 CHANNEL = "slack"
 CHANNEL_ID = "D0BENCH"
 MESSAGE_INTERVAL = timedelta(seconds=30)
@@ -121,6 +147,7 @@ class BenchSettings:
     """The command line, validated."""
 
     sizes: tuple[int, ...]
+    history_turns: int
     runs: int
     warmup: int
     backends: tuple[str, ...]
@@ -220,8 +247,10 @@ class TranscriptPlanner:
         policy: CompactionPolicy,
         texts: TextSource,
         start: datetime,
+        last_question: str = "",
     ) -> None:
         self.ref = ref
+        self.last_question = last_question
         self.size = size
         self.ordinal = ordinal
         self.policy = policy
@@ -252,6 +281,8 @@ class TranscriptPlanner:
             role = "user" if index % 2 == 0 else "assistant"
             thread_id = self.thread_of(index)
             content = self.texts.message()
+            if role == "user" and index >= self.size - 2 and self.last_question:
+                content = f"{content} {self.last_question}"
             tokens = len(content) // 4
             at = self.start + MESSAGE_INTERVAL * index
             if role == "user":
@@ -379,44 +410,51 @@ class LoadedSession:
 
 
 async def insert_batches(database: Database, table: Any, rows: Iterable[dict[str, Any]]) -> int:
-    """Insert `rows` with Core executemany, `BATCH_ROWS` a transaction; how many there were."""
+    """Insert `rows` `BATCH_ROWS` at a time, one statement and transaction each; how many."""
     total = 0
     batch: list[dict[str, Any]] = []
     for row in rows:
         batch.append(row)
         if len(batch) >= BATCH_ROWS:
             async with database.session() as db:
-                await db.execute(insert(table), batch)
+                await db.execute(insert(table).values(batch))
             total += len(batch)
             batch = []
     if batch:
         async with database.session() as db:
-            await db.execute(insert(table), batch)
+            await db.execute(insert(table).values(batch))
         total += len(batch)
     return total
 
 
 async def load_session(
     database: Database,
+    user_id: str,
     size: int,
     *,
     ordinal: int,
     policy: CompactionPolicy,
     texts: TextSource,
     now: datetime,
+    last_question: str = "",
 ) -> LoadedSession:
-    """Create a session of `size` messages, ending now, with its compactions and counters."""
+    """Create a session of `size` messages, ending now, with its compactions and counters.
+
+    `ordinal` makes its thread ids unique in the database; `last_question` is appended to its
+    last user message (the query of the turn's recall search).
+    """
     started = time.perf_counter()
     start = now - MESSAGE_INTERVAL * (size + 10)
     async with database.session() as db:
-        session = await SessionRepository(db).create(USER_ID, ORG_ID, at=start)
+        session = await SessionRepository(db).create(user_id, ORG_ID, at=start)
     planner = TranscriptPlanner(
-        SessionRef(ORG_ID, USER_ID, session.id),
+        SessionRef(ORG_ID, user_id, session.id),
         size,
         ordinal=ordinal,
         policy=policy,
         texts=texts,
         start=start,
+        last_question=last_question,
     )
     await insert_batches(database, SessionMessage.__table__, planner.messages())
     await insert_batches(database, SessionCompaction.__table__, planner.compactions)
@@ -433,20 +471,44 @@ async def load_session(
     )
 
 
-async def load_user(
-    database: Database, policy: CompactionPolicy, texts: TextSource, now: datetime
-) -> None:
-    """The organization, the user, their memory facts and archived sessions with summaries."""
+class Ordinals:
+    """Numbers for the sessions of the database, so that their thread ids never collide."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def next(self) -> int:
+        """The next number."""
+        self.last += 1
+        return self.last
+
+
+async def load_organization(database: Database, texts: TextSource) -> None:
+    """The organization every user belongs to."""
     async with database.session() as db:
         await OrganizationRepository(db).upsert(ORG_ID, "Acme Corp", context=texts.text(300, 600))
-        await UserRepository(db).upsert(USER_ID, ORG_ID, "Ursula Bench")
+
+
+async def load_user(
+    database: Database,
+    user_id: str,
+    *,
+    ordinals: Ordinals,
+    policy: CompactionPolicy,
+    texts: TextSource,
+    now: datetime,
+) -> None:
+    """A user with their memory facts and archived sessions with summaries."""
+    async with database.session() as db:
+        await UserRepository(db).upsert(user_id, ORG_ID, f"Bench {user_id}")
     archived: list[str] = []
     for number in range(ARCHIVED_SESSIONS):
         ended = now - timedelta(days=1 + 2 * number)
         loaded = await load_session(
             database,
+            user_id,
             ARCHIVED_SESSION_MESSAGES,
-            ordinal=900 + number,
+            ordinal=ordinals.next(),
             policy=policy,
             texts=texts,
             now=ended,
@@ -459,7 +521,7 @@ async def load_user(
             await SummaryRepository(db).add(
                 SessionSummary(
                     session_id=loaded.session_id,
-                    user_id=USER_ID,
+                    user_id=user_id,
                     summary=texts.text(250, 600),
                     topics=["pricing page", "release notes"],
                     message_count=ARCHIVED_SESSION_MESSAGES,
@@ -474,13 +536,95 @@ async def load_user(
                 f"{texts.sentence()} (noted {number + 1})",
             )
             await memory.remember(
-                USER_ID,
+                user_id,
                 fact_key=fact.key,
                 fact=fact.fact,
                 category=fact.category,
                 source_session_id=archived[number % len(archived)],
                 at=now - timedelta(hours=MEMORY_FACTS - number),
             )
+
+
+def history_rows(
+    user_id: str, turns: int, texts: TextSource, *, ended: datetime
+) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]]:
+    """Archived sessions of `HISTORY_SESSION_TURNS` turns, one a day up to `ended`: each
+    session's row, its messages and its summary. One turn in `RARE_EVERY` mentions the client
+    the current session asks about."""
+    sessions = math.ceil(turns / HISTORY_SESSION_TURNS)
+    for number in range(sessions):
+        first = number * HISTORY_SESSION_TURNS
+        size = min(HISTORY_SESSION_TURNS, turns - first)
+        day = ended - timedelta(days=sessions - number)
+        session_id = str(uuid.uuid4())
+        session = {
+            "id": session_id,
+            "user_id": user_id,
+            "org_id": ORG_ID,
+            "status": SessionStatus.ARCHIVED.value,
+            "created_at": day,
+            "updated_at": day,
+            "last_active_at": day + MESSAGE_INTERVAL * size,
+            "current_since": day,
+            "archived_at": day + timedelta(hours=4),
+            "message_count": size,
+            "user_message_count": (size + 1) // 2,
+            "assistant_message_count": size // 2,
+            "last_seq": size,
+            "topic_summary": "Earlier work on the quarterly report and the vendor contract.",
+        }
+        messages = []
+        for index in range(size):
+            content = texts.message()
+            if (first + index) % RARE_EVERY == RARE_EVERY // 2:
+                content = f"{content} {RARE_MENTION}"
+            messages.append(
+                {
+                    "session_id": session_id,
+                    "seq": index + 1,
+                    "role": "user" if index % 2 == 0 else "assistant",
+                    "channel_type": CHANNEL,
+                    "thread_id": "",
+                    "content": content,
+                    "tokens": len(content) // 4,
+                    "created_at": day + MESSAGE_INTERVAL * index,
+                    "metadata": {},
+                }
+            )
+        summary = {
+            "session_id": session_id,
+            "user_id": user_id,
+            "summary": texts.text(250, 600),
+            "topics": ["quarterly report"],
+            "message_count": size,
+            "created_at": day + timedelta(hours=4),
+        }
+        yield session, messages, summary
+
+
+async def load_history(
+    database: Database, user_id: str, turns: int, texts: TextSource, *, ended: datetime
+) -> float:
+    """Insert the user's long history in bulk (about `BATCH_ROWS` messages a statement and
+    transaction, with their sessions and summaries); the seconds it took."""
+    started = time.perf_counter()
+    pending: list[tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]] = []
+
+    async def flush() -> None:
+        async with database.session() as db:
+            await db.execute(insert(Session.__table__).values([s for s, _, _ in pending]))
+            messages = [m for _, ms, _ in pending for m in ms]
+            await db.execute(insert(SessionMessage.__table__).values(messages))
+            await db.execute(insert(SessionSummary.__table__).values([m for _, _, m in pending]))
+        pending.clear()
+
+    for rows in history_rows(user_id, turns, texts, ended=ended):
+        pending.append(rows)
+        if sum(len(messages) for _, messages, _ in pending) >= BATCH_ROWS:
+            await flush()
+    if pending:
+        await flush()
+    return time.perf_counter() - started
 
 
 # --- measuring ----------------------------------------------------------------------------
@@ -536,10 +680,16 @@ async def measure(engine: SessionEngine, cases: Sequence[Case], *, runs: int, wa
             progress(f"  {number + 1}/{runs} rounds")
 
 
+async def indexed_entries(database: Database, user_id: str) -> int:
+    """How many entries the user's recall index holds."""
+    async with database.session() as db:
+        return await RecallIndexRepository(db).count(user_id)
+
+
 async def run_backend(
     url: str, settings: BenchSettings, workdir: Path, *, analyze: bool
 ) -> dict[str, Any]:
-    """Load the sessions into the database at `url` and time their context assembly."""
+    """Load the users into the database at `url` and time their context assembly."""
     database = Database(url)
     try:
         await database.upgrade()
@@ -550,47 +700,109 @@ async def run_backend(
         policy = engine.settings.compaction
         texts = TextSource(SEED)
         now = utcnow()
-        await load_user(database, policy, texts, now)
-        sessions: list[LoadedSession] = []
-        for ordinal, size in enumerate(settings.sizes):
+        ordinals = Ordinals()
+        await load_organization(database, texts)
+        sized: dict[int, LoadedSession] = {}
+        for size in settings.sizes:
+            user_id = f"u-size-{size}"
+            async with database.session() as db:
+                await UserRepository(db).upsert(user_id, ORG_ID, f"Bench {user_id}")
             loaded = await load_session(
-                database, size, ordinal=ordinal, policy=policy, texts=texts, now=now
+                database,
+                user_id,
+                size,
+                ordinal=ordinals.next(),
+                policy=policy,
+                texts=texts,
+                now=now,
+            )
+            # Written after the session's messages, as a gateway writes them (ids follow time).
+            await load_user(
+                database, user_id, ordinals=ordinals, policy=policy, texts=texts, now=now
             )
             progress(
                 f"  loaded {size} messages, {loaded.compactions} compactions "
                 f"in {loaded.load_s:.1f}s"
             )
-            sessions.append(loaded)
+            sized[size] = loaded
+        history: LoadedSession | None = None
+        history_load_s = 0.0
+        if settings.history_turns:
+            # In the order a gateway writes them: the long history first (it ends a week ago),
+            # then the user's three recent archived sessions, then the current session.
+            async with database.session() as db:
+                await UserRepository(db).upsert(HISTORY_USER, ORG_ID, f"Bench {HISTORY_USER}")
+            history_load_s = await load_history(
+                database,
+                HISTORY_USER,
+                settings.history_turns,
+                texts,
+                ended=now - timedelta(days=2 * ARCHIVED_SESSIONS + 1),
+            )
+            await load_user(
+                database, HISTORY_USER, ordinals=ordinals, policy=policy, texts=texts, now=now
+            )
+            history = await load_session(
+                database,
+                HISTORY_USER,
+                CURRENT_SESSION_MESSAGES,
+                ordinal=ordinals.next(),
+                policy=policy,
+                texts=texts,
+                now=now,
+                last_question=RARE_QUESTION,
+            )
+            progress(
+                f"  loaded {settings.history_turns} history turns in {history_load_s:.1f}s "
+                f"and a session of {CURRENT_SESSION_MESSAGES} messages"
+            )
         if analyze:
             async with database.engine.begin() as conn:
                 await conn.execute(text("ANALYZE"))
-        cases = {
-            session.messages: (Case(session, ""), Case(session, session.thread_id))
-            for session in sessions
-        }
+        indexed = {size: await indexed_entries(database, f"u-size-{size}") for size in sized}
+        cases = {size: (Case(s, ""), Case(s, s.thread_id)) for size, s in sized.items()}
+        history_cases = (Case(history, ""), Case(history, history.thread_id)) if history else ()
+        every_case = [case for pair in cases.values() for case in pair] + list(history_cases)
         progress(f"  timing: {settings.warmup} warm-up and {settings.runs} measured rounds")
-        await measure(
-            engine,
-            [case for pair in cases.values() for case in pair],
-            runs=settings.runs,
-            warmup=settings.warmup,
-        )
+        await measure(engine, every_case, runs=settings.runs, warmup=settings.warmup)
+        history_indexed = await indexed_entries(database, HISTORY_USER) if history else 0
     finally:
         await database.dispose()
     result: dict[str, Any] = {"analyzed": analyze, "sizes": {}}
     for size, (main, threaded) in cases.items():
         result["sizes"][str(size)] = {
             **main.figures(),
+            "indexed_entries": indexed[size],
             "compactions": main.session.compactions,
             "load_s": round(main.session.load_s, 2),
             "thread": threaded.figures(),
         }
+    if cases:
+        result["ratio_p50"] = size_ratio(cases)
+    if history_cases:
+        main, threaded = history_cases
+        worst_p95 = max(main.figures()["p95_ms"], threaded.figures()["p95_ms"])
+        result["history"] = {
+            **main.figures(),
+            "history_turns": settings.history_turns,
+            "indexed_entries": history_indexed,
+            "current_session_messages": CURRENT_SESSION_MESSAGES,
+            "load_s": round(history_load_s, 2),
+            "thread": threaded.figures(),
+            "goal_p95_ms": GOAL_HISTORY_P95_MS,
+            "met": worst_p95 <= GOAL_HISTORY_P95_MS,
+        }
+    return result
+
+
+def size_ratio(cases: dict[int, tuple[Case, Case]]) -> dict[str, Any]:
+    """The p50 of the longest session against the shortest's, and every size's ratio."""
     # The goal compares the longest session with the shortest; the ratio of every size is
     # shown too, since a middle size can be the slow one (the planner's estimates vary).
     smallest, largest = min(cases), max(cases)
     base = cases[smallest][0].figures()["p50_ms"]
     ratios = {size: main.figures()["p50_ms"] / base for size, (main, _) in cases.items()}
-    result["ratio_p50"] = {
+    return {
         "of": f"{largest}/{smallest}",
         "value": round(ratios[largest], 3),
         "goal": GOAL_RATIO,
@@ -598,7 +810,6 @@ async def run_backend(
         "every_size": {str(size): round(ratio, 3) for size, ratio in ratios.items()},
         "met_at_every_size": max(ratios.values()) <= GOAL_RATIO,
     }
-    return result
 
 
 # --- databases ----------------------------------------------------------------------------
@@ -634,7 +845,13 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
     parser.add_argument(
         "--sizes",
         default=",".join(str(size) for size in DEFAULT_SIZES),
-        help="session lengths in messages, comma-separated (100,10000,100000)",
+        help="session lengths in messages, comma-separated (100,10000,100000; '' for none)",
+    )
+    parser.add_argument(
+        "--history-turns",
+        type=int,
+        default=DEFAULT_HISTORY_TURNS,
+        help=f"indexed turns of the user with a long history ({DEFAULT_HISTORY_TURNS}; 0: none)",
     )
     parser.add_argument("--runs", type=int, default=50, help="measured calls per case (50)")
     parser.add_argument("--warmup", type=int, default=5, help="uncounted calls per case first (5)")
@@ -651,8 +868,12 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
         sizes = tuple(sorted({int(size) for size in args.sizes.split(",") if size.strip()}))
     except ValueError:
         parser.error(f"--sizes {args.sizes}: expected numbers separated by commas")
-    if not sizes or min(sizes) < 2:
-        parser.error("--sizes: give at least one session length of 2 messages or more")
+    if sizes and min(sizes) < 2:
+        parser.error("--sizes: session lengths are 2 messages or more")
+    if args.history_turns < 0:
+        parser.error("--history-turns must be 0 or more")
+    if not sizes and not args.history_turns:
+        parser.error("nothing to measure: give --sizes or --history-turns")
     backends = tuple(name.strip() for name in args.backends.split(",") if name.strip())
     unknown = set(backends) - set(BACKENDS)
     if not backends or unknown:
@@ -661,6 +882,7 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
         parser.error("--runs must be positive and --warmup >= 0")
     return BenchSettings(
         sizes=sizes,
+        history_turns=args.history_turns,
         runs=args.runs,
         warmup=args.warmup,
         backends=backends,
@@ -675,11 +897,14 @@ def _interrupt_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print the figures as JSON."""
     settings = parse_settings(argv)
+    # The engine logs every turn's recall at info; only the JSON goes to stdout.
+    configure_logging("console", "warning")
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     started = time.perf_counter()
     result: dict[str, Any] = {
         "settings": {
             "sizes": list(settings.sizes),
+            "history_turns": settings.history_turns,
             "runs": settings.runs,
             "warmup": settings.warmup,
             "policy": "GatewayConfig() defaults",
@@ -703,7 +928,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     result["total_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result, indent=2))
-    met = all(figures["ratio_p50"]["met"] for figures in result["backends"].values())
+    met = all(
+        figures.get("ratio_p50", {"met": True})["met"]
+        and figures.get("history", {"met": True})["met"]
+        for figures in result["backends"].values()
+    )
     return 0 if met else 1
 
 

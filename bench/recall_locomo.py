@@ -15,6 +15,14 @@ Several ranking configurations are measured on one load (`--configs`; default: a
 table shows what each idea adds; `--text` changes what is stored as the message text (the
 speaker's name and/or the session date in front of it), to measure indexing those.
 
+`search` is the automatic search of every turn, bounded (`sessions.recall.AUTOMATIC`: the
+500 most recent turns, the whole history for rare words, the 8 rarest words). A LoCoMo
+conversation has 300 to 700 turns, so the bound bites only a little; `default-thorough`
+measures the bound of the `search_past_conversations` tool (`THOROUGH`, which covers every
+conversation whole), and `default-window-100` a window of 100 turns and 10 summaries with
+words in more than 20 turns (2 summaries) looked up in the window only: what the bound costs
+on a history several times its window.
+
 Run it (PostgreSQL on 127.0.0.1:5432, trust auth):
 
     .venv/bin/python bench/recall_locomo.py --data ../shared/bench-data/locomo/locomo_dev.json
@@ -49,9 +57,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from errors import StorageError
 from gateway.log import configure_logging
 from sessions.lifecycle import transition
-from sessions.recall import RecallOptions, RecallSearch
+from sessions.recall import THOROUGH, RecallBounds, RecallOptions, RecallSearch
 from storage.database import Database
 from storage.models import SessionStatus, SessionSummary
+from storage.recall_index import SearchBound
 from storage.repositories import (
     OrganizationRepository,
     SessionRepository,
@@ -81,6 +90,16 @@ CONFIGS: dict[str, tuple[RecallOptions, bool]] = {
     ),
     "default-no-speaker": (RecallOptions(speaker_boost=0.0), True),
     "default": (RecallOptions(), True),
+    "default-thorough": (RecallOptions(automatic=THOROUGH), True),
+    "default-window-100": (
+        RecallOptions(
+            automatic=RecallBounds(
+                turns=SearchBound(window=100, rare_postings=20),
+                summaries=SearchBound(window=10, rare_postings=2),
+            )
+        ),
+        True,
+    ),
     # PostgreSQL only: its own ranking instead of BM25.
     "ts_rank": (replace(_NONE, ranking="ts_rank"), False),
     "default-ts_rank": (RecallOptions(ranking="ts_rank"), True),

@@ -16,6 +16,14 @@ processing and the ranking built on the index's BM25 scores, each part measured 
 4. Summaries: sessions whose summaries (session summaries and compaction summaries) match the
    query lend their turns a boost in proportion (`summary_weight`).
 
+What the index examines is bounded (`storage.recall_index.SearchBound`): the user's most recent
+entries for every word, the whole history only for words the user has rarely used, the rarest
+words first. The automatic search of every turn (`search`, the default: `AUTOMATIC`) uses a
+small bound, so its cost does not grow with the user's history; the
+`search_past_conversations` tool, asked for explicitly by the model, searches with
+`thorough=True` (`THOROUGH`: a window twenty times larger, five times the rare words'
+postings, every word of the query), thorough but still bounded.
+
 The search is strictly scoped to one user: every index query names the user.
 """
 
@@ -40,6 +48,7 @@ from storage.recall_index import (
     IndexedText,
     Ranking,
     RecallIndexRepository,
+    SearchBound,
 )
 
 log = structlog.stdlib.get_logger(__name__)
@@ -62,6 +71,43 @@ NEIGHBOUR_SPAN = 3
 """How far (in sequence numbers) to look for a turn's neighbours: tool calls and results sit
 between turns without being indexed."""
 SUMMARY_CANDIDATES = 50
+
+
+@dataclass(frozen=True, slots=True)
+class RecallBounds:
+    """What one search may examine of the user's turns and of their summaries. Summaries are
+    about one per session, so their window and rare-word threshold are a tenth of the turns'."""
+
+    turns: SearchBound
+    summaries: SearchBound
+
+
+AUTOMATIC = RecallBounds(
+    turns=SearchBound(window=500, rare_postings=200, max_terms=8, considered_terms=MAX_QUERY_TERMS),
+    summaries=SearchBound(
+        window=50, rare_postings=20, max_terms=8, considered_terms=MAX_QUERY_TERMS
+    ),
+)
+"""The automatic search of every turn: the 500 most recent turns (and 50 summaries), the
+whole history for words in at most 200 turns (20 summaries), the 8 rarest words of the
+message (see `SearchBound`). Sized by what a turn may spend (`bench/context.py`): on
+PostgreSQL the search costs a few milliseconds of the database's time whatever the history."""
+THOROUGH = RecallBounds(
+    turns=SearchBound(
+        window=10_000,
+        rare_postings=1_000,
+        max_terms=MAX_QUERY_TERMS,
+        considered_terms=MAX_QUERY_TERMS,
+    ),
+    summaries=SearchBound(
+        window=1_000,
+        rare_postings=100,
+        max_terms=MAX_QUERY_TERMS,
+        considered_terms=MAX_QUERY_TERMS,
+    ),
+)
+"""The search the model asks for: twenty times the window, five times the rare words'
+postings, every word of the query; still bounded."""
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -114,6 +160,8 @@ class RecallOptions:
     speaker_boost: float = 2.0
     summary_weight: float = 1.0
     ranking: Ranking = "bm25"
+    automatic: RecallBounds = AUTOMATIC
+    thorough: RecallBounds = THOROUGH
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +188,34 @@ class RecallExclusions:
         return entry.seq is not None and entry.seq > self.after_seq
 
 
+@dataclass(frozen=True, slots=True)
+class IndexQuery:
+    """One search of the index: which kinds, how many, when, how ranked, within what bound."""
+
+    kinds: tuple[str, ...]
+    limit: int
+    since: datetime | None
+    until: datetime | None
+    ranking: Ranking
+    bound: SearchBound
+
+    async def run(
+        self, index: RecallIndexRepository, user_id: str, terms: Sequence[str]
+    ) -> list[IndexedText]:
+        """The entries found, best first."""
+        found = await index.search(
+            user_id,
+            terms,
+            kinds=self.kinds,
+            limit=self.limit,
+            since=self.since,
+            until=self.until,
+            ranking=self.ranking,
+            bound=self.bound,
+        )
+        return found.entries
+
+
 class RecallSearch:
     """Searches a user's earlier conversations (see the module docstring for the ranking)."""
 
@@ -157,45 +233,31 @@ class RecallSearch:
         since: datetime | None = None,
         until: datetime | None = None,
         exclude: RecallExclusions | None = None,
+        thorough: bool = False,
     ) -> list[RecallHit]:
         """The user's turns (and summaries) that best answer `query`, best first.
 
         Scores come from BM25 (plus the boosts above) and compare within one result only.
-        `since`/`until` bound when the text was written (`until` excluded).
+        `since`/`until` bound when the text was written (`until` excluded). The index is
+        searched within `options.automatic`, or `options.thorough` when `thorough` (an
+        explicit search, not the one of every turn).
         """
         terms = query_terms(query)
         if not terms or limit < 1:
             return []
         options = self.options
+        bounds = options.thorough if thorough else options.automatic
         exclusions = exclude or RecallExclusions()
-        # The turn and summary searches run side by side, each on a connection of its own.
-        turns, summaries = await asyncio.gather(
-            self._search_index(
-                user_id,
-                terms,
-                (TURN,),
-                limit=max(options.candidates, limit),
-                since=since,
-                until=until,
-            ),
-            self._search_index(
-                user_id,
-                terms,
-                (SUMMARY, COMPACTION),
-                limit=max(SUMMARY_CANDIDATES, limit),
-                since=since,
-                until=until,
-            )
-            if options.summary_weight > 0 or "summary" in kinds
-            else _no_entries(),
+        turns, summaries, around = await self._read_index(
+            user_id,
+            terms,
+            kinds,
+            limit=limit,
+            since=since,
+            until=until,
+            bounds=bounds,
         )
-        around: list[IndexedText] = []
         sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
-        if sources and (options.neighbour_weight > 0 or options.second_neighbour_weight > 0):
-            async with self.database.session() as db:
-                around = await RecallIndexRepository(db).turns_around(
-                    user_id, [(t.session_id, t.seq or 0) for t in sources], span=NEIGHBOUR_SPAN
-                )
         scores = {turn.entry_id: turn.score for turn in turns}
         entries = {turn.entry_id: turn for turn in [*around, *turns]}
         if around:
@@ -220,26 +282,74 @@ class RecallSearch:
         found.sort(key=lambda hit: (-hit.score, hit.kind != "turn", hit.date))
         return found[:limit]
 
-    async def _search_index(
+    async def _read_index(
         self,
         user_id: str,
         terms: Sequence[str],
-        kinds: tuple[str, ...],
+        kinds: Collection[HitKind],
         *,
         limit: int,
         since: datetime | None,
         until: datetime | None,
+        bounds: RecallBounds,
+    ) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
+        """The candidate turns, the summaries, and the turns around the best candidates."""
+        options = self.options
+        turn_search = IndexQuery(
+            (TURN,), max(options.candidates, limit), since, until, options.ranking, bounds.turns
+        )
+        summary_search = IndexQuery(
+            (SUMMARY, COMPACTION),
+            max(SUMMARY_CANDIDATES, limit),
+            since,
+            until,
+            options.ranking,
+            bounds.summaries,
+        )
+        with_summaries = options.summary_weight > 0 or "summary" in kinds
+        if self.database.is_sqlite:
+            # SQLite transactions take the write lock at BEGIN (`storage.database`): two
+            # sessions side by side would wait for each other in the busy handler's sleeps,
+            # so one session reads everything, one search after the other.
+            async with self.database.session() as db:
+                index = RecallIndexRepository(db)
+                turns = await turn_search.run(index, user_id, terms)
+                around = await self._around(index, user_id, turns)
+                summaries = []
+                if with_summaries:
+                    summaries = await summary_search.run(index, user_id, terms)
+            return turns, summaries, around
+
+        # PostgreSQL: the turns (and then the turns around the best of them) and the summaries
+        # are read side by side, each on a connection of its own.
+        async def turns_and_around() -> tuple[list[IndexedText], list[IndexedText]]:
+            async with self.database.session() as db:
+                index = RecallIndexRepository(db)
+                found = await turn_search.run(index, user_id, terms)
+                return found, await self._around(index, user_id, found)
+
+        (turns, around), summaries = await asyncio.gather(
+            turns_and_around(),
+            self._search_index(summary_search, user_id, terms) if with_summaries else _no_entries(),
+        )
+        return turns, summaries, around
+
+    async def _search_index(
+        self, query: IndexQuery, user_id: str, terms: Sequence[str]
     ) -> list[IndexedText]:
         async with self.database.session() as db:
-            return await RecallIndexRepository(db).search(
-                user_id,
-                terms,
-                kinds=kinds,
-                limit=limit,
-                since=since,
-                until=until,
-                ranking=self.options.ranking,
-            )
+            return await query.run(RecallIndexRepository(db), user_id, terms)
+
+    async def _around(
+        self, index: RecallIndexRepository, user_id: str, turns: Sequence[IndexedText]
+    ) -> list[IndexedText]:
+        """The turns next to the best candidates (when the ranking spreads scores to them)."""
+        options = self.options
+        sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
+        if not sources or (options.neighbour_weight <= 0 and options.second_neighbour_weight <= 0):
+            return []
+        positions = [(t.session_id, t.seq or 0) for t in sources]
+        return await index.turns_around(user_id, positions, span=NEIGHBOUR_SPAN)
 
     def _spread_to_neighbours(
         self,
@@ -403,6 +513,7 @@ async def run_search_tool(
         since=datetime.combine(since, time(), UTC) if since else None,
         until=datetime.combine(until, time(), UTC) + timedelta(days=1) if until else None,
         exclude=exclude,
+        thorough=True,
     )
     if not hits:
         return f"Nothing in earlier conversations matched {query!r}."

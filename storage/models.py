@@ -411,13 +411,15 @@ class RecallEntry(Base):
     `session_summaries` and `session_compactions` (migration 0002), never by the application,
     so every writer keeps the index in step. The full-text structures over `body` are
     backend-specific and not modelled here: an FTS5 table on SQLite, a `tsvector` column with
-    a GIN index and per-user statistics on PostgreSQL (see `storage/recall_index.py`).
+    a GIN index of each user's lexemes on PostgreSQL, and per-user statistics on both
+    (`recall_stats`, migrations 0002 and 0003; see `storage/recall_index.py`).
     """
 
     __tablename__ = "recall_entries"
     __table_args__ = (
         UniqueConstraint("kind", "source_id"),
-        Index("ix_recall_entries_user_kind", "user_id", "kind"),
+        # A user's most recent entries of a kind: the window of a bounded recall search.
+        Index("ix_recall_entries_user_kind_occurred_at", "user_id", "kind", "occurred_at"),
         Index("ix_recall_entries_session_seq", "session_id", "seq"),
     )
 

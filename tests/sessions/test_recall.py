@@ -1,8 +1,9 @@
 """Recall: query processing, the ranking ideas on top of BM25, what is left out because it is
-already in context, the search tool, and the passages a turn gets."""
+already in context, the search tool, the passages a turn gets, and how far each search looks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from sessions.engine import EngineSettings, RecallSettings, SessionEngine
 from sessions.llm import OfflineLLM
 from sessions.recall import (
     SEARCH_TOOL_NAME,
+    RecallBounds,
     RecallExclusions,
     RecallOptions,
     RecallSearch,
@@ -22,6 +24,7 @@ from sessions.recall import (
 )
 from storage.database import Database
 from storage.models import SessionSummary
+from storage.recall_index import SearchBound
 from storage.repositories import (
     OrganizationRepository,
     SessionRepository,
@@ -216,3 +219,30 @@ def test_reference_coverage_counts_the_messages_words_found_in_a_summary() -> No
     assert reference_coverage("About the Acme renewal: the price per seat?", summary) == (4, 0.8)
     assert reference_coverage("a book about volcanoes", summary) == (0, 0.0)
     assert reference_coverage("the and of", summary) == (0, 0.0)
+
+
+async def test_the_automatic_search_is_bounded_and_the_tool_searches_further(
+    database: Database,
+) -> None:
+    _, old = await conversation(
+        database, [("Alice", "Kuka robots arrive in March."), ("Alice", "Warehouse budget.")]
+    )
+    for day in range(1, 4):
+        recent = [
+            ("Alice", f"The warehouse budget and the robot schedule, {n}.") for n in range(15)
+        ]
+        await conversation(database, recent, day=day)
+    bound = SearchBound(window=20, rare_postings=3, max_terms=4)
+    recall = RecallSearch(database, replace(PLAIN, automatic=RecallBounds(bound, bound)))
+
+    # A rare word is found however far back it was said ...
+    found = await recall.search("alice", "When do the Kuka robots arrive?", 3)
+    assert found[0].message_id == old[0]
+    # ... but the common words of every turn are looked up in the recent window only: the old
+    # two-word turn that matches best is out of the automatic search's reach.
+    found = await recall.search("alice", "warehouse budget", 5, kinds=("turn",))
+    assert old[1] not in [hit.message_id for hit in found]
+    assert len(found) == 5
+    # The tool, asked for by the model, searches further.
+    answer = await run_search_tool(recall, {"query": "warehouse budget", "limit": 1}, "alice")
+    assert "Warehouse budget." in answer

@@ -1,15 +1,16 @@
 """The recall index is kept in step by the database: written with every turn and summary,
-gone with its session or user, rebuilt on request; searches never cross users."""
+gone with its session or user, rebuilt on request; searches never cross users, and examine a
+bounded share of a user's history: the recent window, and rare words anywhere."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import text, update
+from sqlalchemy import insert, text, update
 
 from storage.database import Database
-from storage.models import SessionCompaction, SessionMessage, SessionSummary
-from storage.recall_index import COMPACTION, SUMMARY, TURN, RecallIndexRepository
+from storage.models import Session, SessionCompaction, SessionMessage, SessionSummary
+from storage.recall_index import COMPACTION, SUMMARY, TURN, RecallIndexRepository, SearchBound
 from storage.repositories import (
     CompactionRepository,
     OrganizationRepository,
@@ -48,7 +49,7 @@ async def search(
 ) -> list[str]:
     async with database.session() as db:
         found = await RecallIndexRepository(db).search(user_id, terms, kinds=kinds, **kw)  # type: ignore[arg-type]
-    return [entry.body for entry in found]
+    return [entry.body for entry in found.entries]
 
 
 async def test_every_turn_is_indexed_with_its_speaker_when_written(database: Database) -> None:
@@ -71,7 +72,7 @@ async def test_every_turn_is_indexed_with_its_speaker_when_written(database: Dat
             metadata={"speaker": "Priya"},
         )
     async with database.session() as db:
-        found = await RecallIndexRepository(db).search("alice", ["acme"], kinds=(TURN,))
+        found = (await RecallIndexRepository(db).search("alice", ["acme"], kinds=(TURN,))).entries
         assert await RecallIndexRepository(db).count("alice") == 3
     assert {(entry.speaker, entry.seq, entry.channel_type) for entry in found} == {
         ("Alice", 1, "web"),
@@ -136,9 +137,9 @@ async def test_session_and_compaction_summaries_are_indexed_too(database: Databa
             )
         )
     async with database.session() as db:
-        found = await RecallIndexRepository(db).search(
-            "alice", ["zurich"], kinds=(SUMMARY, COMPACTION)
-        )
+        found = (
+            await RecallIndexRepository(db).search("alice", ["zurich"], kinds=(SUMMARY, COMPACTION))
+        ).entries
     assert sorted(entry.kind for entry in found) == [COMPACTION, SUMMARY]
     assert await search(database, "alice", "zurich") == []  # turns only
 
@@ -178,10 +179,15 @@ async def test_deleting_a_session_or_user_removes_their_entries(database: Databa
         assert await UserRepository(db).delete("bob")
     async with database.session() as db:
         assert await RecallIndexRepository(db).count("bob") == 0
+        statistics = text("SELECT user_id, kind, documents FROM recall_stats WHERE term = ''")
+        stats = (await db.execute(statistics)).all()
+        assert sorted(stats) == [("alice", "summary", 0), ("alice", "turn", 1)]
         if not database.is_sqlite:
-            statistics = text("SELECT user_id, kind, documents FROM recall_stats")
-            stats = (await db.execute(statistics)).all()
-            assert sorted(stats) == [("alice", "summary", 0), ("alice", "turn", 1)]
+            lexemes = text("SELECT kind, term, documents FROM recall_stats WHERE term <> ''")
+            assert sorted((await db.execute(lexemes)).all()) == [
+                ("turn", "acm", 1),
+                ("turn", "stay", 1),
+            ]
     assert await search(database, "bob", "acme") == []
 
 
@@ -198,6 +204,104 @@ async def test_reindex_rebuilds_what_went_missing(database: Database) -> None:
         assert await RecallIndexRepository(db).rebuild() == 2  # idempotent
         if database.is_sqlite:
             await db.execute(text("INSERT INTO recall_fts(recall_fts) VALUES ('integrity-check')"))
-        else:
-            stats = (await db.execute(text("SELECT documents FROM recall_stats"))).scalars()
-            assert list(stats) == [2]
+        statistics = text("SELECT documents FROM recall_stats WHERE term = ''")
+        assert list((await db.execute(statistics)).scalars()) == [2]
+
+
+# --- the bound: what one search may examine -------------------------------------------------
+
+SMALL = SearchBound(window=40, rare_postings=5, max_terms=3)
+COMMON = "the quarterly report numbers for the vendor contract look fine"
+
+
+async def add_history(database: Database, user_id: str, turns: list[str], *, day: int) -> str:
+    """A session of `user_id` holding `turns` (alternating user and assistant), in bulk."""
+    async with database.session() as db:
+        session = await SessionRepository(db).create(user_id, "acme", at=T0)
+        start = T0 + timedelta(days=day)
+        await db.execute(
+            insert(SessionMessage),
+            [
+                {
+                    "session_id": session.id,
+                    "seq": index + 1,
+                    "role": "user" if index % 2 == 0 else "assistant",
+                    "channel_type": "web",
+                    "thread_id": "",
+                    "content": content,
+                    "tokens": 0,
+                    "created_at": start + timedelta(seconds=index),
+                    "metadata": {},
+                }
+                for index, content in enumerate(turns)
+            ],
+        )
+        await db.execute(
+            update(Session).where(Session.id == session.id).values(last_seq=len(turns))
+        )
+        return session.id
+
+
+async def bounded(
+    database: Database, *terms: str, bound: SearchBound = SMALL
+) -> tuple[list[str], int]:
+    async with database.session() as db:
+        found = await RecallIndexRepository(db).search(
+            "alice", terms, kinds=(TURN,), limit=10, bound=bound
+        )
+    return [entry.body for entry in found.entries], found.examined
+
+
+async def test_a_search_examines_no_more_than_its_bound_however_long_the_history(
+    database: Database,
+) -> None:
+    await make_user(database, "alice", "Alice")
+    await add_history(database, "alice", ["Zeppelin tickets booked for Priya."], day=0)
+    examined = []
+    for day in range(1, 4):
+        await add_history(database, "alice", [f"{COMMON} ({n})" for n in range(200)], day=day)
+        found, scored = await bounded(database, "zeppelin", "quarterly", "vendor")
+        # The rare word is found at the very start of the history, behind 200-600 common turns.
+        assert found[0] == "Zeppelin tickets booked for Priya."
+        examined.append(scored)
+    assert max(examined) <= SMALL.most_examined
+    assert examined == [examined[0]] * 3  # the same work for 201, 401 and 601 turns
+
+
+async def test_common_words_are_looked_up_in_the_recent_window_only(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    await add_history(database, "alice", ["An old note on the quarterly vendor budget."], day=0)
+    await add_history(database, "alice", [f"{COMMON} ({n})" for n in range(100)], day=1)
+    found, examined = await bounded(database, "budget", "quarterly")
+    # "budget" is rare and found anywhere; "quarterly" is common: its old turns are not read,
+    # so an old turn holding only common words is left out ...
+    assert found[0] == "An old note on the quarterly vendor budget."
+    found, _ = await bounded(database, "quarterly", "vendor")
+    assert "An old note on the quarterly vendor budget." not in found
+    assert examined <= SMALL.most_examined
+    # ... unless the window reaches it.
+    found, _ = await bounded(database, "quarterly", "vendor", bound=SearchBound(window=200))
+    assert "An old note on the quarterly vendor budget." in found
+
+
+async def test_a_history_no_longer_than_the_window_is_searched_completely(
+    database: Database,
+) -> None:
+    await make_user(database, "alice", "Alice")
+    await add_history(database, "alice", [f"{COMMON} ({n})" for n in range(30)], day=0)
+    await add_history(database, "alice", ["Vendor call moved; the report is late."], day=1)
+    small, _ = await bounded(database, "vendor", "report", "late")
+    everything, _ = await bounded(
+        database, "vendor", "report", "late", bound=SearchBound(window=10_000)
+    )
+    assert small == everything
+    assert small[0] == "Vendor call moved; the report is late."
+
+
+async def test_only_the_rarest_words_are_searched(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    await add_history(database, "alice", [f"{COMMON} ({n})" for n in range(20)], day=0)
+    await add_history(database, "alice", ["Pottery class on Friday."], day=1)
+    one_word = SearchBound(window=40, rare_postings=5, max_terms=1)
+    found, _ = await bounded(database, "report", "quarterly", "pottery", bound=one_word)
+    assert found == ["Pottery class on Friday."]  # the common words were not searched
