@@ -166,10 +166,11 @@ def _recent(kinds: Sequence[str], extra: str = "") -> str:
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 # The query's lexemes with the number of the user's entries holding each, and the
-# collection (term '') with its total length. It also sets the transaction's plan cache mode
-# for the search that follows (one round trip fewer than a SET): a prepared statement's
-# generic plan would be one plan for every user and query, while how many entries the window
-# and the rare words bring decides the right plan.
+# collection (term '') with its total length. It also sets, for the search that follows in the
+# transaction (one round trip fewer than a SET), custom plans (a prepared statement's generic
+# plan would be one plan for every user and query) and no sequential scans: the bound holds
+# only if every read is an index range (a small or not yet analyzed table would otherwise be
+# scanned whole, computing every row's user lexemes).
 _PG_STATISTICS = """
 WITH q AS (
     SELECT DISTINCT lexeme
@@ -183,6 +184,7 @@ GROUP BY q.lexeme
 UNION ALL
 SELECT '', coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8,
        set_config('plan_cache_mode', 'force_custom_plan', true)
+       || set_config('enable_seqscan', 'off', true)
 FROM recall_stats WHERE user_id = :user_id AND kind IN (__KINDS__) AND term = ''
 """
 
@@ -304,17 +306,18 @@ JOIN recall_entries e ON e.session_id = json_extract(w.value, '$.session_id')
 WHERE e.user_id = :user_id AND e.kind = 'turn'
 ORDER BY e.session_id, e.seq
 """,  # noqa: S608
-    # One index range scan per window (LATERAL, kept apart by OFFSET 0): the planner cannot
-    # know how few rows the windows hold, and would rather hash-join all the session's turns.
+    # One index range scan of (session_id, seq) per window (LATERAL, kept apart by OFFSET 0,
+    # the user and kind checked outside it): the planner cannot know how few rows the windows
+    # hold, and would rather hash-join the session's turns or read all the user's.
     "postgresql": f"""
 SELECT {_ENTRY_COLUMNS}
 FROM json_to_recordset(CAST(:windows AS json)) AS w(session_id text, low int, high int)
 CROSS JOIN LATERAL (
     SELECT * FROM recall_entries n
     WHERE n.session_id = w.session_id AND n.seq BETWEEN w.low AND w.high
-      AND n.user_id = :user_id AND n.kind = 'turn'
     OFFSET 0
 ) AS e
+WHERE e.user_id = :user_id AND e.kind = 'turn'
 ORDER BY e.session_id, e.seq
 """,  # noqa: S608
 }
