@@ -28,11 +28,11 @@ from sqlalchemy import event, make_url
 
 from channels.base import ChannelMessage, ChannelType, DeliveryReceipt, OutboundMessage
 from gateway.inbox import Inbox
-from storage.locks import PostgresTurnLocks
 from gateway.log import configure_logging
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxSender
 from storage.database import Database
+from storage.locks import PostgresTurnLocks
 from storage.repositories import OutboxRepository
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

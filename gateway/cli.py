@@ -165,7 +165,10 @@ def _recall_search(args: argparse.Namespace) -> int:
             async with database.session() as db:
                 if await UserRepository(db).get(args.user) is None:
                     raise GatewayError(f"no user {args.user!r}")
-            return await RecallSearch(database).search(args.user, args.query, max(args.limit, 1))
+            # An admin's search is the thorough one of the search tool, not a turn's bounded one.
+            return await RecallSearch(database).search(
+                args.user, args.query, max(args.limit, 1), thorough=True
+            )
         finally:
             await database.dispose()
 
