@@ -145,6 +145,9 @@ class ContextReads:
     after_seq: int
     history: tuple[HistoryMessage, ...]
     thread_id: str = ""
+    exclusions: RecallExclusions = field(default_factory=RecallExclusions)
+    # Passages of earlier conversations recall found for the pending message.
+    earlier: tuple[EarlierExcerpt, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +228,8 @@ class SessionEngine:
         pending: HistoryMessage | None = None,
     ) -> ContextReads:
         """What the session's next turn's context is made of, read in the caller's
-        transaction (finish it with `context_from`, outside the transaction: recall searches
-        in a transaction of its own, which on SQLite would wait for the caller's).
+        transaction, recall's search included (in a savepoint: a failed search only leaves
+        the passages out); `context_from` assembles it.
 
         `pending` is the user message the turn answers, not stored yet (the turn stores it
         with the answer): it is the last message of the history and the recall query.
@@ -243,6 +246,13 @@ class SessionEngine:
             ],
             now,
         )
+        history_rows = (*history.messages, *((pending,) if pending is not None else ()))
+        exclusions = RecallExclusions(
+            session_id=session.id,
+            after_seq=history.after_seq,
+            summary_sessions=frozenset(s.session_id for s in hot),
+        )
+        earlier = await self._recall_earlier(session.user_id, history_rows, exclusions, db=db)
         return ContextReads(
             session_id=session.id,
             user_id=session.user_id,
@@ -253,18 +263,14 @@ class SessionEngine:
             recent=tuple(hot),
             compaction_summary=history.summary,
             after_seq=history.after_seq,
-            history=(*history.messages, *((pending,) if pending is not None else ())),
+            history=history_rows,
             thread_id=thread_id,
+            exclusions=exclusions,
+            earlier=earlier,
         )
 
-    async def context_from(self, reads: ContextReads) -> LoadedContext:
-        """The assembled context of `reads`, with recall's passages of earlier conversations."""
-        exclusions = RecallExclusions(
-            session_id=reads.session_id,
-            after_seq=reads.after_seq,
-            summary_sessions=frozenset(s.session_id for s in reads.recent),
-        )
-        earlier = await self._recall_earlier(reads.user_id, reads.history, exclusions)
+    def context_from(self, reads: ContextReads) -> LoadedContext:
+        """The assembled context of `reads`."""
         inputs = ContextInputs(
             system_prompt=self.settings.system_prompt,
             org_name=reads.org_name,
@@ -276,7 +282,7 @@ class SessionEngine:
             compaction_summary=reads.compaction_summary,
             history=reads.history,
             thread_id=reads.thread_id,
-            earlier_conversations=earlier,
+            earlier_conversations=reads.earlier,
         )
         context = assemble(
             inputs,
@@ -289,7 +295,7 @@ class SessionEngine:
             len(reads.history),
             reads.session_started,
             reads.user_id,
-            exclusions,
+            reads.exclusions,
             reads.session_id,
         )
 
@@ -302,7 +308,7 @@ class SessionEngine:
             if session is None:
                 raise StorageError("the session does not exist", key=session_id)
             reads = await self.read_context(db, session, thread_id=thread_id, pending=pending)
-        return await self.context_from(reads)
+        return self.context_from(reads)
 
     async def reply(
         self, loaded: LoadedContext, *, thread_id: str = "", pending: HistoryMessage | None = None
@@ -358,7 +364,11 @@ class SessionEngine:
         return loaded.context, loaded.messages_since_compaction
 
     async def _recall_earlier(
-        self, user_id: str, rows: Sequence[HistoryMessage], exclusions: RecallExclusions
+        self,
+        user_id: str,
+        rows: Sequence[HistoryMessage],
+        exclusions: RecallExclusions,
+        db: AsyncSession | None = None,
     ) -> tuple[EarlierExcerpt, ...]:
         """Passages of earlier conversations for the latest user message, within the cap.
 
@@ -371,7 +381,9 @@ class SessionEngine:
         if not query.strip():
             return ()
         try:
-            hits = await self.recall.search(user_id, query, settings.auto_hits, exclude=exclusions)
+            hits = await self.recall.search(
+                user_id, query, settings.auto_hits, exclude=exclusions, db=db
+            )
         except StorageError as exc:
             log.warning("recall.failed", user_id=user_id, error=str(exc))
             return ()

@@ -38,9 +38,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.llm import ToolSpec
-from storage.database import Database
+from storage.database import Database, savepoint
 from storage.recall_index import (
     COMPACTION,
     SUMMARY,
@@ -234,13 +235,15 @@ class RecallSearch:
         until: datetime | None = None,
         exclude: RecallExclusions | None = None,
         thorough: bool = False,
+        db: AsyncSession | None = None,
     ) -> list[RecallHit]:
         """The user's turns (and summaries) that best answer `query`, best first.
 
         Scores come from BM25 (plus the boosts above) and compare within one result only.
         `since`/`until` bound when the text was written (`until` excluded). The index is
         searched within `options.automatic`, or `options.thorough` when `thorough` (an
-        explicit search, not the one of every turn).
+        explicit search, not the one of every turn). With `db`, the search runs in the
+        caller's transaction, inside a savepoint (a failed search leaves it usable).
         """
         terms = query_terms(query)
         if not terms or limit < 1:
@@ -256,6 +259,7 @@ class RecallSearch:
             since=since,
             until=until,
             bounds=bounds,
+            db=db,
         )
         sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
         scores = {turn.entry_id: turn.score for turn in turns}
@@ -292,6 +296,7 @@ class RecallSearch:
         since: datetime | None,
         until: datetime | None,
         bounds: RecallBounds,
+        db: AsyncSession | None = None,
     ) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
         """The candidate turns, the summaries, and the turns around the best candidates."""
         options = self.options
@@ -307,24 +312,34 @@ class RecallSearch:
             bounds.summaries,
         )
         with_summaries = options.summary_weight > 0 or "summary" in kinds
+
+        async def one_after_the_other(
+            index: RecallIndexRepository,
+        ) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
+            turns = await turn_search.run(index, user_id, terms)
+            around = await self._around(index, user_id, turns)
+            summaries = []
+            if with_summaries:
+                summaries = await summary_search.run(index, user_id, terms)
+            return turns, summaries, around
+
+        if db is not None:
+            # In the caller's transaction (a turn's first one): no transaction of its own to
+            # begin and commit; the savepoint keeps a failed search from spoiling it.
+            async with savepoint(db):
+                return await one_after_the_other(RecallIndexRepository(db))
         if self.database.is_sqlite:
             # SQLite transactions take the write lock at BEGIN (`storage.database`): two
             # sessions side by side would wait for each other in the busy handler's sleeps,
             # so one session reads everything, one search after the other.
-            async with self.database.session() as db:
-                index = RecallIndexRepository(db)
-                turns = await turn_search.run(index, user_id, terms)
-                around = await self._around(index, user_id, turns)
-                summaries = []
-                if with_summaries:
-                    summaries = await summary_search.run(index, user_id, terms)
-            return turns, summaries, around
+            async with self.database.session() as session:
+                return await one_after_the_other(RecallIndexRepository(session))
 
         # PostgreSQL: the turns (and then the turns around the best of them) and the summaries
         # are read side by side, each on a connection of its own.
         async def turns_and_around() -> tuple[list[IndexedText], list[IndexedText]]:
-            async with self.database.session() as db:
-                index = RecallIndexRepository(db)
+            async with self.database.session() as session:
+                index = RecallIndexRepository(session)
                 found = await turn_search.run(index, user_id, terms)
                 return found, await self._around(index, user_id, found)
 

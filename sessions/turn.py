@@ -174,7 +174,7 @@ class TurnService:
             reads = await self.engine.read_context(
                 db, session, thread_id=arrival.thread_id, pending=pending
             )
-        loaded = await self.engine.context_from(reads)
+        loaded = self.engine.context_from(reads)
         structlog.contextvars.bind_contextvars(session_id=session_id)
         log.info("turn.started", route=route.reason)
         started = time.perf_counter()

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+from structlog.testing import capture_logs
 
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.context import EARLIER_HEADING
@@ -15,6 +17,7 @@ from sessions.engine import EngineSettings, RecallSettings, SessionEngine
 from sessions.llm import OfflineLLM
 from sessions.recall import (
     SEARCH_TOOL_NAME,
+    IndexQuery,
     RecallBounds,
     RecallExclusions,
     RecallOptions,
@@ -24,7 +27,7 @@ from sessions.recall import (
 )
 from storage.database import Database
 from storage.models import SessionSummary
-from storage.recall_index import SearchBound
+from storage.recall_index import RecallIndexRepository, SearchBound
 from storage.repositories import (
     OrganizationRepository,
     SessionRepository,
@@ -183,6 +186,29 @@ def engine(database: Database, tmp_path: Path, recall: RecallSettings | None) ->
         clock=lambda: T0 + timedelta(days=30),
         recall=recall,
     )
+
+
+async def test_a_failed_search_inside_the_turns_transaction_leaves_it_usable(
+    database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await conversation(database, [("Alice", "Acme invoice number 7 was paid.")], day=0)
+    current, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
+
+    async def broken(self: IndexQuery, index: RecallIndexRepository, *_: object) -> None:
+        await index.session.execute(text("SELECT * FROM no_such_table"))
+
+    monkeypatch.setattr(IndexQuery, "run", broken)
+    subject = engine(database, tmp_path, RecallSettings(auto_hits=3))
+    with capture_logs() as logs:
+        async with database.session() as db:
+            session = await SessionRepository(db).get(current)
+            assert session is not None
+            reads = await subject.read_context(db, session)
+            # The search failed in its savepoint; the transaction goes on.
+            await db.execute(text("SELECT 1"))
+    context = subject.context_from(reads).context
+    assert EARLIER_HEADING not in context.request.system
+    assert any(entry["event"] == "recall.failed" for entry in logs)
 
 
 async def test_a_turn_gets_passages_from_earlier_conversations_within_the_cap(
