@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from storage.database import Database
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIG = ROOT / "config" / "gateway.example.yaml"
 
@@ -186,7 +188,7 @@ def test_db_upgrade_migrates_sqlite_and_postgres(tmp_path: Path, fresh_postgres_
         config = write_config(tmp_path, free_port(), url)
         result = gateway("db", "upgrade", "--config", str(config))
         assert result.returncode == 0, result.stderr
-        assert result.stdout.startswith("database at revision 0002")
+        assert result.stdout.startswith(f"database at revision {Database.head_revision()}")
 
 
 def test_db_upgrade_with_unreachable_database_fails_clearly(tmp_path: Path) -> None:
