@@ -37,10 +37,11 @@ from sessions.turn import TurnService
 from storage.admin_queries import AdminRepository
 from storage.database import Database
 from storage.inbox_signal import InboxListener, InboxNotifier
+from storage.local_transcripts import LocalTranscriptStore
 from storage.locks import TurnLocks, turn_locks_for
 from storage.models import utcnow
 from storage.repositories import OutboxRepository
-from storage.transcripts import LocalTranscriptStore, TranscriptStore
+from storage.transcripts import TranscriptStore
 
 if TYPE_CHECKING:
     from channels.email import EmailChannel

@@ -29,14 +29,10 @@ from gateway.identity import ResolvedUser
 from gateway.turns import arrival_of
 from sessions.routing import RoutingPolicy
 from storage.database import Database
+from storage.local_transcripts import LocalTranscriptStore
 from storage.models import ExportLink, InboundEvent, Session, SessionChannel, SessionMessage
 from storage.repositories import OrganizationRepository, SessionRepository, UserRepository
-from storage.transcripts import (
-    LocalTranscriptStore,
-    SessionRef,
-    TranscriptLine,
-    parse_transcript,
-)
+from storage.transcripts import SessionRef, TranscriptLine, parse_transcript
 from tests.channels.test_teams_parse import APP_ID as TEAMS_APP_ID
 from tests.channels.test_teams_parse import CHANNEL as TEAMS_CHANNEL
 from tests.channels.test_teams_parse import TENANT as TEAMS_TENANT

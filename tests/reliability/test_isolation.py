@@ -25,6 +25,7 @@ from sqlalchemy import func, select
 
 from gateway.settings import GatewayConfig
 from sessions.recall import SEARCH_TOOL_NAME
+from storage.local_transcripts import LocalTranscriptStore
 from storage.models import (
     ExportLink,
     InboundEvent,
@@ -34,7 +35,7 @@ from storage.models import (
     SessionMessage,
     User,
 )
-from storage.transcripts import LocalTranscriptStore, SessionRef
+from storage.transcripts import SessionRef
 from tests.channels.test_email_channel import deliver
 from tests.e2e.harness import RunningGateway, free_port, gateway_config, running_gateway
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted

@@ -25,6 +25,7 @@ from sessions.recall import (
     run_search_tool,
 )
 from storage.database import Database
+from storage.local_transcripts import LocalTranscriptStore
 from storage.models import SessionSummary
 from storage.recall_index import RecallIndexRepository, SearchBound
 from storage.repositories import (
@@ -33,7 +34,6 @@ from storage.repositories import (
     SummaryRepository,
     UserRepository,
 )
-from storage.transcripts import LocalTranscriptStore
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 PLAIN = RecallOptions(

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from errors import ArchiveExistsError, StorageError
+from storage.local_transcripts import LocalTranscriptStore
 from storage.s3_transcripts import S3TranscriptStore
 from storage.transcripts import (
-    LocalTranscriptStore,
     SessionRef,
     StoredObject,
     TranscriptLine,

@@ -1,0 +1,221 @@
+"""The transcript store in a local folder (`make run`'s default, and tests).
+
+Keys are relative paths below the root; every file operation runs in a worker thread. Segments
+and archives are written to a temporary file, synced and then renamed or linked into place, so
+a reader sees a whole object or none. The key layout and the protocol are `storage.transcripts`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from errors import ArchiveExistsError, StorageError
+from storage.transcripts import (
+    SessionRef,
+    StoredObject,
+    TranscriptLine,
+    check_key,
+    encode_lines,
+    join_transcript,
+    legacy_transcript_key,
+    session_prefix,
+    transcript_keys,
+    transcript_segment_key,
+    transcript_segments_prefix,
+    user_prefix,
+)
+
+_TEMP_PREFIX = ".tmp-"
+
+
+class LocalTranscriptStore:
+    """A `TranscriptStore` in a folder; keys are relative paths, all file I/O in worker threads."""
+
+    def __init__(self, root: Path) -> None:
+        """Use `root` (created on demand) as the folder that holds the `sessions/` tree."""
+        self._root = root.resolve()
+
+    def _path(self, key: str) -> Path:
+        """Map a key to its path; refuse one that resolves outside root (e.g. via a symlink)."""
+        check_key(key)
+        path = (self._root / key).resolve()
+        if path == self._root or not path.is_relative_to(self._root):
+            raise StorageError("key resolves outside the transcript folder", key=key)
+        return path
+
+    async def append_lines(
+        self, ref: SessionRef, lines: Sequence[TranscriptLine], *, first_seq: int
+    ) -> None:
+        """Write the segment atomically (temporary file, fsync, rename), then fsync its folder."""
+        key = transcript_segment_key(ref, first_seq)
+        if lines:
+            await asyncio.to_thread(self._write_segment_sync, key, encode_lines(lines))
+
+    def _write_segment_sync(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX)
+        except OSError as exc:
+            raise StorageError(f"cannot write transcript segment: {exc}", key=key) from exc
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            # A reader sees the whole segment or none of it; a retry of the same batch replaces
+            # it with the same bytes (rename replaces, unlike the archives' link).
+            os.replace(tmp_name, path)
+            _fsync_dir(path.parent)
+        except OSError as exc:
+            raise StorageError(f"cannot write transcript segment: {exc}", key=key) from exc
+        finally:
+            Path(tmp_name).unlink(missing_ok=True)  # left only when the rename did not happen
+
+    async def read_transcript(self, ref: SessionRef) -> bytes:
+        """Read the legacy file, then the segments in key order, in one worker thread."""
+        return await asyncio.to_thread(self._read_transcript_sync, ref)
+
+    def _read_transcript_sync(self, ref: SessionRef) -> bytes:
+        listed = self._list_sync(transcript_segments_prefix(ref))
+        legacy = legacy_transcript_key(ref)
+        if self._stat_sync(legacy) is not None:
+            listed.append(legacy)
+        return join_transcript(self._read_sync(key) for key in transcript_keys(ref, listed))
+
+    async def write_archive(self, key: str, data: bytes) -> StoredObject:
+        """Write `data` atomically under `key`; an existing object raises `ArchiveExistsError`."""
+        return await asyncio.to_thread(self._write_archive_sync, key, data)
+
+    def _write_archive_sync(self, key: str, data: bytes) -> StoredObject:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX)
+        except OSError as exc:
+            raise StorageError(f"cannot create archive: {exc}", key=key) from exc
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            # link() fails if the name exists, so a complete file appears under the key or
+            # nothing does, and an existing archive is never replaced (rename would replace it).
+            os.link(tmp_name, path)
+            _fsync_dir(path.parent)
+        except FileExistsError as exc:
+            raise ArchiveExistsError("archive already exists", key=key) from exc
+        except OSError as exc:
+            raise StorageError(f"cannot write archive: {exc}", key=key) from exc
+        finally:
+            Path(tmp_name).unlink(missing_ok=True)
+        return StoredObject(key=key, size=len(data))
+
+    async def read(self, key: str) -> bytes:
+        """Return the bytes under `key`; a missing key raises `StorageError` naming it."""
+        return await asyncio.to_thread(self._read_sync, key)
+
+    def _read_sync(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError) as exc:
+            raise StorageError("transcript object does not exist", key=key) from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read transcript object: {exc}", key=key) from exc
+
+    async def stat(self, key: str) -> StoredObject | None:
+        """Return the size of the file under `key`, or None when there is none."""
+        return await asyncio.to_thread(self._stat_sync, key)
+
+    def _stat_sync(self, key: str) -> StoredObject | None:
+        path = self._path(key)
+        try:
+            return StoredObject(key=key, size=path.stat().st_size) if path.is_file() else None
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot stat transcript object: {exc}", key=key) from exc
+
+    async def list_session(self, ref: SessionRef) -> list[str]:
+        """Return the keys of every file of the session, sorted (leftover temp files excluded)."""
+        return await asyncio.to_thread(self._list_sync, session_prefix(ref))
+
+    def _list_sync(self, prefix: str) -> list[str]:
+        base = self._path(prefix.rstrip("/"))
+        keys = []
+        try:
+            for dirpath, _dirnames, filenames in os.walk(base, onerror=_raise):
+                for name in filenames:
+                    if not name.startswith(_TEMP_PREFIX):
+                        keys.append(Path(dirpath, name).relative_to(self._root).as_posix())
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StorageError(f"cannot list transcript folder: {exc}", key=prefix) from exc
+        return sorted(keys)
+
+    async def delete_session(self, ref: SessionRef) -> int:
+        """Delete the session's folder and any parents it leaves empty; return files removed."""
+        return await asyncio.to_thread(self._delete_sync, session_prefix(ref))
+
+    async def delete_user(self, org_id: str, user_id: str) -> int:
+        """Delete the user's folder and any parents it leaves empty; return files removed."""
+        return await asyncio.to_thread(self._delete_sync, user_prefix(org_id, user_id))
+
+    def _delete_sync(self, prefix: str) -> int:
+        base = self._path(prefix.rstrip("/"))
+        removed = 0
+        try:
+            # Bottom-up, so every folder is empty by the time it is removed. Leftover temp
+            # files are removed (and counted) too: deletion must leave nothing behind.
+            for dirpath, _dirnames, filenames in os.walk(base, topdown=False, onerror=_raise):
+                for name in filenames:
+                    os.unlink(os.path.join(dirpath, name))
+                    removed += 1
+                os.rmdir(dirpath)
+        except FileNotFoundError:
+            pass  # nothing (left) to delete: deleting twice is not an error
+        except OSError as exc:
+            raise StorageError(f"cannot delete transcript folder: {exc}", key=prefix) from exc
+        self._prune_empty_parents(base.parent)
+        return removed
+
+    def _prune_empty_parents(self, folder: Path) -> None:
+        while folder != self._root and folder.is_relative_to(self._root):
+            try:
+                folder.rmdir()
+            except OSError:
+                return  # not empty (another session/user lives there) or already gone
+            folder = folder.parent
+
+    async def check(self) -> None:
+        """Create the folder if needed and prove a file can be written and removed there."""
+        await asyncio.to_thread(self._check_sync)
+
+    def _check_sync(self) -> None:
+        try:
+            self._root.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self._root, prefix=_TEMP_PREFIX) as probe:
+                probe.write(b"ok")
+                probe.flush()
+        except OSError as exc:
+            raise StorageError(f"transcript folder {self._root} is not writable: {exc}") from exc
+
+
+def _raise(exc: OSError) -> None:
+    """`os.walk` error hook: surface errors instead of silently skipping folders."""
+    raise exc
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a new directory entry durable; without this a crash can lose a fsynced file."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
