@@ -60,13 +60,9 @@ from sessions.lifecycle import transition
 from sessions.recall import THOROUGH, RecallBounds, RecallOptions, RecallSearch
 from storage.database import Database
 from storage.models import SessionStatus, SessionSummary
-from storage.recall_index import SearchBound
-from storage.repositories import (
-    OrganizationRepository,
-    SessionRepository,
-    SummaryRepository,
-    UserRepository,
-)
+from storage.recall_entries import SearchBound
+from storage.repositories import SessionRepository, SummaryRepository
+from storage.users import OrganizationRepository, UserRepository
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 BACKENDS = ("sqlite", "postgres")

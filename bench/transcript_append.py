@@ -38,18 +38,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,30 +54,13 @@ from typing import Any
 
 import boto3
 from benchkit import BenchError, progress
-from botocore.exceptions import BotoCoreError, ClientError
+from processes import BUCKET, REGION, moto_server, use_fake_aws_credentials
 
 from errors import StorageError
+from storage.local_transcripts import LocalTranscriptStore
 from storage.s3_transcripts import S3TranscriptStore
-from storage.transcripts import (
-    LocalTranscriptStore,
-    SessionRef,
-    TranscriptLine,
-    TranscriptStore,
-    parse_transcript,
-)
+from storage.transcripts import SessionRef, TranscriptLine, TranscriptStore, parse_transcript
 
-REGION = "us-east-1"
-BUCKET = "gateway-bench-transcripts"
-# Fake credentials and no shared AWS files: nothing on this machine can reach real AWS.
-FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
-    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
-}
-AWS_ENV_REMOVED = ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 REF = SessionRef("acme", "alice", "bench-session")
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 BYTES_TOLERANCE = 1.01
@@ -264,55 +244,12 @@ def goal_met(result: dict[str, Any], request_key: str | None, byte_keys: Sequenc
 # --- the backends -------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextlib.contextmanager
-def moto_server(workdir: Path) -> Iterator[str]:
-    """moto in server mode as a process of its own on loopback; its URL, stopped at the end."""
-    port = free_port()
-    log_path = workdir / "moto.log"
-    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace")[-2000:]
-                raise BenchError(f"moto did not start:\n{tail}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 async def run_s3(settings: BenchSettings, workdir: Path) -> dict[str, Any]:
     """Appends to S3 on moto, metered per request."""
-    for name in AWS_ENV_REMOVED:
-        os.environ.pop(name, None)
-    os.environ.update(FAKE_AWS_ENV)
-    with moto_server(workdir) as url:
+    use_fake_aws_credentials()
+    with moto_server(workdir) as moto:
+        url = moto.url
         boto_session = boto3.session.Session(region_name=REGION)
-        client = boto_session.client("s3", endpoint_url=url)
-        try:
-            client.create_bucket(Bucket=BUCKET)
-        except (ClientError, BotoCoreError) as exc:
-            raise BenchError(f"cannot create the bucket on moto: {exc}") from exc
-        finally:
-            client.close()
         meter = RequestMeter()
         meter.attach(boto_session)
         store = S3TranscriptStore(BUCKET, endpoint_url=url, boto_session=boto_session)

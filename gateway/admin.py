@@ -33,8 +33,9 @@ from storage.models import (
     User,
     UserChannelIdentity,
 )
-from storage.repositories import MemoryRepository, SessionRepository, UserRepository
+from storage.repositories import MemoryRepository, SessionRepository
 from storage.transcripts import SessionRef, TranscriptStore, session_prefix, transcript_keys
+from storage.users import UserRepository
 
 log = get_logger(__name__)
 

@@ -29,7 +29,7 @@ from gateway.metrics import GatewayMetrics
 from storage.database import Database
 from storage.group_commit import GroupCommit, refused_for_its_content
 from storage.models import OutboundMessage as OutboundRow
-from storage.repositories import OutboxRepository
+from storage.queues import OutboxRepository
 
 log = get_logger(__name__)
 

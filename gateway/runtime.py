@@ -31,7 +31,8 @@ from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import EngineSettings, RecallSettings, SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
-from sessions.recall import RecallSearch, session_referenced
+from sessions.recall import RecallSearch
+from sessions.recall_reference import session_referenced
 from sessions.routing import RoutingPolicy, SessionThreads
 from sessions.turn import TurnService
 from storage.admin_queries import AdminRepository
@@ -40,7 +41,7 @@ from storage.inbox_signal import InboxListener, InboxNotifier
 from storage.local_transcripts import LocalTranscriptStore
 from storage.locks import TurnLocks, turn_locks_for
 from storage.models import utcnow
-from storage.repositories import OutboxRepository
+from storage.queues import OutboxRepository
 from storage.transcripts import TranscriptStore
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from sessions.turn import ReplyAddress, TurnService, UserTurn, new_outbound_id
 from storage.database import Database
 from storage.models import InboundEvent, InboundStatus
 from storage.models import OutboundMessage as OutboundRow
-from storage.repositories import InboxRepository, OutboxRepository
+from storage.queues import InboxRepository, OutboxRepository
 from storage.transcripts import TranscriptStore
 
 log = get_logger(__name__)

@@ -36,10 +36,10 @@ from storage.models import Organization, Session, SessionSummary
 from storage.repositories import (
     CompactionRepository,
     MemoryRepository,
-    OrganizationRepository,
     SessionRepository,
     SummaryRepository,
 )
+from storage.users import OrganizationRepository
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -23,7 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sessions.lifecycle import transition
 from storage.database import Database
 from storage.models import Session, SessionStatus
-from storage.repositories import OutboxRepository, SessionRepository
+from storage.queues import OutboxRepository
+from storage.repositories import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
 

@@ -15,25 +15,21 @@ from sessions.context import EARLIER_HEADING
 from sessions.engine import EngineSettings, RecallSettings, SessionEngine
 from sessions.llm import OfflineLLM
 from sessions.recall import (
-    SEARCH_TOOL_NAME,
     IndexQuery,
     RecallBounds,
     RecallExclusions,
     RecallOptions,
     RecallSearch,
-    query_terms,
-    run_search_tool,
 )
+from sessions.recall_query import query_terms
+from sessions.recall_tool import SEARCH_TOOL_NAME, run_search_tool
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.models import SessionSummary
-from storage.recall_index import RecallIndexRepository, SearchBound
-from storage.repositories import (
-    OrganizationRepository,
-    SessionRepository,
-    SummaryRepository,
-    UserRepository,
-)
+from storage.recall_entries import SearchBound
+from storage.recall_index import RecallIndexRepository
+from storage.repositories import SessionRepository, SummaryRepository
+from storage.users import OrganizationRepository, UserRepository
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 PLAIN = RecallOptions(
@@ -236,7 +232,7 @@ async def test_a_turn_gets_passages_from_earlier_conversations_within_the_cap(
 
 
 def test_reference_coverage_counts_the_messages_words_found_in_a_summary() -> None:
-    from sessions.recall import reference_coverage  # noqa: PLC0415
+    from sessions.recall_reference import reference_coverage  # noqa: PLC0415
 
     summary = "Alice and the assistant agreed the Acme renewals at 4200 euros per seat."
     # acme, renewal ~ renewals, per, seat of acme, renewal, price, per, seat

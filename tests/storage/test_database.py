@@ -24,13 +24,9 @@ from storage.models import (
     SessionStatus,
     UserChannelIdentity,
 )
-from storage.repositories import (
-    InboxRepository,
-    OrganizationRepository,
-    OutboxRepository,
-    SessionRepository,
-    UserRepository,
-)
+from storage.queues import InboxRepository, OutboxRepository
+from storage.repositories import SessionRepository
+from storage.users import OrganizationRepository, UserRepository
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 

@@ -10,14 +10,10 @@ from sqlalchemy import insert, text, update
 
 from storage.database import Database
 from storage.models import Session, SessionCompaction, SessionMessage, SessionSummary
-from storage.recall_index import COMPACTION, SUMMARY, TURN, RecallIndexRepository, SearchBound
-from storage.repositories import (
-    CompactionRepository,
-    OrganizationRepository,
-    SessionRepository,
-    SummaryRepository,
-    UserRepository,
-)
+from storage.recall_entries import COMPACTION, SUMMARY, TURN, SearchBound
+from storage.recall_index import RecallIndexRepository
+from storage.repositories import CompactionRepository, SessionRepository, SummaryRepository
+from storage.users import OrganizationRepository, UserRepository
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 
