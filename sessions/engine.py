@@ -45,14 +45,8 @@ from sessions.memory import (
     remember_facts,
     summarise_session,
 )
-from sessions.recall import (
-    SEARCH_TOOL,
-    SEARCH_TOOL_NAME,
-    RecallExclusions,
-    RecallOptions,
-    RecallSearch,
-    run_search_tool,
-)
+from sessions.recall import RecallExclusions, RecallOptions, RecallSearch
+from sessions.recall_tool import SEARCH_TOOL, SEARCH_TOOL_NAME, run_search_tool
 from storage.database import Database
 from storage.models import Session as SessionRow
 from storage.models import SessionSummary as SessionSummaryRow

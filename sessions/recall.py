@@ -2,12 +2,12 @@
 
 `RecallSearch.search(user_id, query, limit)` ranks the user's stored turns (and, when asked,
 session and compaction summaries) for a question such as "what did we decide about Acme?".
-The index itself lives in the database (`storage.recall_index`); this module owns the query
-processing and the ranking built on the index's BM25 scores, each part measured on LoCoMo
-(`bench/recall_locomo.py`):
+The index itself lives in the database (`storage.recall_index`); this module owns the ranking
+built on the index's BM25 scores, each part measured on LoCoMo (`bench/recall_locomo.py`):
 
-1. Query processing: words (letters and digits) in lower case, English stopwords dropped,
-   OR semantics (a turn matching any word is a candidate). The backends stem.
+1. Query processing (`sessions.recall_query`): words (letters and digits) in lower case,
+   English stopwords dropped, OR semantics (a turn matching any word is a candidate). The
+   backends stem.
 2. Neighbouring turns: an answer is often the turn after (or before) the one that matches the
    words of the question, so each of the best candidates passes a share of its score to the
    turns next to it (`neighbour_weight`, and `second_neighbour_weight` two turns away).
@@ -16,13 +16,13 @@ processing and the ranking built on the index's BM25 scores, each part measured 
 4. Summaries: sessions whose summaries (session summaries and compaction summaries) match the
    query lend their turns a boost in proportion (`summary_weight`).
 
-What the index examines is bounded (`storage.recall_index.SearchBound`): the user's most recent
-entries for every word, the whole history only for words the user has rarely used, the rarest
-words first. The automatic search of every turn (`search`, the default: `AUTOMATIC`) uses a
-small bound, so its cost does not grow with the user's history; the
-`search_past_conversations` tool, asked for explicitly by the model, searches with
-`thorough=True` (`THOROUGH`: a window twenty times larger, five times the rare words'
-postings, every word of the query), thorough but still bounded.
+What the index examines is bounded (`storage.recall_entries.SearchBound`): the user's most
+recent entries for every word, the whole history only for words the user has rarely used, the
+rarest words first. The automatic search of every turn (`search`, the default: `AUTOMATIC`)
+uses a small bound, so its cost does not grow with the user's history; the
+`search_past_conversations` tool (`sessions.recall_tool`), asked for explicitly by the model,
+searches with `thorough=True` (`THOROUGH`: a window twenty times larger, five times the rare
+words' postings, every word of the query), thorough but still bounded.
 
 The search is strictly scoped to one user: every index query names the user.
 """
@@ -30,44 +30,24 @@ The search is strictly scoped to one user: every index query names the user.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from sessions.llm import ToolSpec
+from sessions.recall_query import MAX_QUERY_TERMS, query_terms
 from storage.database import Database, savepoint
-from storage.recall_index import (
-    COMPACTION,
-    SUMMARY,
-    TURN,
-    IndexedText,
-    Ranking,
-    RecallIndexRepository,
-    SearchBound,
-)
+from storage.recall_entries import COMPACTION, SUMMARY, TURN, IndexedText, Ranking, SearchBound
+from storage.recall_index import RecallIndexRepository
 
 log = structlog.stdlib.get_logger(__name__)
 
 HitKind = Literal["turn", "summary"]
 
-# The Snowball English stopword list (the one PostgreSQL's english configuration uses), so
-# both backends drop the same words.
-_STOPWORD_LIST = """
-    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
-    she her hers herself it its itself they them their theirs themselves what which who whom this
-    that these those am is are was were be been being have has had having do does did doing a an
-    the and but if or because as until while of at by for with about against between into through
-    during before after above below to from up down in out on off over under again further then
-    once here there when where why how all any both each few more most other some such no nor not
-    only own same so than too very s t can will just don should now"""
-STOPWORDS = frozenset(_STOPWORD_LIST.split())
-MAX_QUERY_TERMS = 32
 NEIGHBOUR_SPAN = 3
 """How far (in sequence numbers) to look for a turn's neighbours: tool calls and results sit
 between turns without being indexed."""
@@ -109,16 +89,6 @@ THOROUGH = RecallBounds(
 )
 """The search the model asks for: twenty times the window, five times the rare words'
 postings, every word of the query; still bounded."""
-_WORD = re.compile(r"[^\W_]+")
-
-
-def query_terms(query: str) -> list[str]:
-    """The words of a query that are searched for: lower case, no stopwords, no repeats."""
-    terms: list[str] = []
-    for word in _WORD.findall(query.lower()):
-        if word not in STOPWORDS and word not in terms:
-            terms.append(word)
-    return terms[:MAX_QUERY_TERMS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,141 +414,3 @@ def _hit(entry: IndexedText, score: float) -> RecallHit:
         kind="turn" if turn else "summary",
         channel=entry.channel_type,
     )
-
-
-def hit_line(hit: RecallHit, *, max_chars: int = 400) -> str:
-    """A hit as one line for the model: date, speaker (or "summary"), session, text."""
-    text = " ".join(hit.text.split())
-    if len(text) > max_chars:
-        text = text[: max_chars - 1].rstrip() + "…"
-    who = hit.speaker if hit.kind == "turn" else "summary"
-    return f"- {hit.date:%Y-%m-%d} {who} (session {hit.session_id[:8]}): {text}"
-
-
-# --- the tool the model can call ------------------------------------------------------------
-
-SEARCH_TOOL_NAME = "search_past_conversations"
-SEARCH_TOOL_MAX_HITS = 20
-SEARCH_TOOL = ToolSpec(
-    name=SEARCH_TOOL_NAME,
-    description=(
-        "Search the user's earlier conversations with you (all past sessions, and the parts of "
-        "this one that were summarised) for what was said. Use it when the user refers to "
-        "something discussed before that is not in the conversation you can see. Returns "
-        "matching messages with their dates and speakers, best first."
-    ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "query": {
-                "type": "string",
-                "description": "What to look for: the key words (names, topics, decisions).",
-            },
-            "since": {
-                "type": "string",
-                "description": "Only what was said on or after this date (YYYY-MM-DD).",
-            },
-            "until": {
-                "type": "string",
-                "description": "Only what was said on or before this date (YYYY-MM-DD).",
-            },
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": SEARCH_TOOL_MAX_HITS,
-                "description": "How many results at most (default 8).",
-            },
-        },
-        "required": ["query"],
-    },
-)
-
-
-def _tool_date(value: Any, name: str) -> date | None:
-    if value is None or value == "":
-        return None
-    try:
-        return date.fromisoformat(str(value))
-    except ValueError:
-        raise ValueError(f"{name} must be a date as YYYY-MM-DD, not {value!r}") from None
-
-
-async def run_search_tool(
-    recall: RecallSearch,
-    tool_input: Mapping[str, Any],
-    user_id: str,
-    *,
-    exclude: RecallExclusions | None = None,
-) -> str:
-    """Run `search_past_conversations` for the user; the text the model gets back.
-
-    Raises `ValueError` for input the model got wrong (the engine reports it as a tool error).
-    """
-    query = tool_input.get("query")
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("query must be a non-empty string")
-    since = _tool_date(tool_input.get("since"), "since")
-    until = _tool_date(tool_input.get("until"), "until")
-    raw_limit = tool_input.get("limit", 8)
-    limit = raw_limit if isinstance(raw_limit, int) else 8
-    hits = await recall.search(
-        user_id,
-        query,
-        min(max(limit, 1), SEARCH_TOOL_MAX_HITS),
-        since=datetime.combine(since, time(), UTC) if since else None,
-        until=datetime.combine(until, time(), UTC) + timedelta(days=1) if until else None,
-        exclude=exclude,
-        thorough=True,
-    )
-    if not hits:
-        return f"Nothing in earlier conversations matched {query!r}."
-    lines = [hit_line(hit, max_chars=600) for hit in hits]
-    return f"{len(hits)} passage(s) from earlier conversations, best first:\n" + "\n".join(lines)
-
-
-# A message "clearly continues" an archived session when it shares at least this many words,
-# and this share of its searched words, with that session's summary.
-REFERENCE_MIN_TERMS = 3
-REFERENCE_MIN_COVERAGE = 0.5
-
-
-def _stem(word: str) -> str:
-    # A crude stem, enough to match "anvils" with "anvil" and "deciding" with "decided".
-    return word[:6] if len(word) > 6 else word.rstrip("s")
-
-
-def reference_coverage(text: str, summary: str) -> tuple[int, float]:
-    """(words of `text` found in `summary`, their share of the searched words of `text`)."""
-    wanted = {_stem(term) for term in query_terms(text)}
-    if not wanted:
-        return 0, 0.0
-    present = {_stem(term) for term in _WORD.findall(summary.lower())}
-    found = len(wanted & present)
-    return found, found / len(wanted)
-
-
-async def session_referenced(
-    search: RecallSearch, user_id: str, text: str, *, candidates: Collection[str] | None = None
-) -> str | None:
-    """The one session whose summary `text` clearly continues, or None.
-
-    Only summaries are compared (a session's summary says what it was about); the best one
-    must share `REFERENCE_MIN_TERMS` words and `REFERENCE_MIN_COVERAGE` of the text's words,
-    and no other session's summary may match as well, or the reference is ambiguous.
-    `candidates`, when given, limits the answer to those session ids (e.g. archived ones).
-    """
-    summaries: tuple[HitKind, ...] = ("summary",)
-    hits = await search.search(user_id, text, 5, kinds=summaries)
-    scored: dict[str, tuple[int, float]] = {}
-    for hit in hits:
-        if hit.kind != "summary" or (candidates is not None and hit.session_id not in candidates):
-            continue
-        found, coverage = reference_coverage(text, hit.text)
-        best = scored.get(hit.session_id, (0, 0.0))
-        scored[hit.session_id] = max(best, (found, coverage))
-    strong = [
-        session_id
-        for session_id, (found, coverage) in scored.items()
-        if found >= REFERENCE_MIN_TERMS and coverage >= REFERENCE_MIN_COVERAGE
-    ]
-    return strong[0] if len(strong) == 1 else None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sessions.context import EARLIER_HEADING
-from sessions.recall import SEARCH_TOOL_NAME
+from sessions.recall_tool import SEARCH_TOOL_NAME
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
 

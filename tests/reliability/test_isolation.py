@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import func, select
 
 from gateway.settings import GatewayConfig
-from sessions.recall import SEARCH_TOOL_NAME
+from sessions.recall_tool import SEARCH_TOOL_NAME
 from storage.local_transcripts import LocalTranscriptStore
 from storage.models import (
     ExportLink,

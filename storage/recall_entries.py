@@ -1,0 +1,89 @@
+"""The values of the recall index: the kinds of entry it holds, an entry as a search returns it
+(`IndexedText`, read from a row's `ENTRY_COLUMNS`), what a search found (`IndexSearch`), what
+one search may examine (`SearchBound`) and how it ranks (`Ranking`).
+
+The searches that produce them are `storage.recall_index.RecallIndexRepository`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+TURN = "turn"
+SUMMARY = "summary"
+COMPACTION = "compaction"
+KINDS = (TURN, SUMMARY, COMPACTION)
+
+Ranking = Literal["bm25", "ts_rank"]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchBound:
+    """How much of a user's index one search may examine (see `storage.recall_index`): the
+    `window` most recent entries, the whole history for words in at most `rare_postings`
+    entries, the rarest `max_terms` of the query's first `considered_terms` words.
+
+    The defaults are those of the automatic search of every turn over turns
+    (`sessions.recall.AUTOMATIC`).
+    """
+
+    window: int = 500
+    rare_postings: int = 200
+    max_terms: int = 8
+    considered_terms: int = 32
+
+    def __post_init__(self) -> None:
+        if (
+            min(self.window, self.max_terms) < 1
+            or self.rare_postings < 0
+            or self.considered_terms < self.max_terms
+        ):
+            raise ValueError(f"invalid search bound: {self}")
+
+    @property
+    def most_examined(self) -> int:
+        """The most entries one search may score."""
+        return self.window + self.max_terms * self.rare_postings
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedText:
+    """An entry of the index as a search returns it, with its score (higher is better)."""
+
+    entry_id: int
+    session_id: str
+    kind: str
+    source_id: int
+    seq: int | None
+    speaker: str
+    channel_type: str
+    occurred_at: datetime
+    body: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSearch:
+    """What one search found, best first, and how many entries it scored to find it."""
+
+    entries: list[IndexedText]
+    examined: int
+
+
+ENTRY_COLUMNS = (
+    "e.id, e.session_id, e.kind, e.source_id, e.seq, e.speaker, e.channel_type, "
+    "e.occurred_at, e.body"
+)
+"""The columns of `recall_entries e` an `IndexedText` is read from, in `indexed_text`'s order."""
+
+
+def indexed_text(row: Sequence[Any], score: float) -> IndexedText:
+    """An entry from the columns of `ENTRY_COLUMNS`, in that order (positional: a search
+    reads hundreds of rows, and a turn waits for them)."""
+    entry_id, session_id, kind, source_id, seq, speaker, channel_type, occurred_at, body = row
+    return IndexedText(
+        entry_id, session_id, kind, source_id, seq, speaker, channel_type, occurred_at, body, score
+    )
