@@ -1,11 +1,14 @@
-"""What the benchmarks share: their error, progress lines, and a throwaway PostgreSQL database."""
+"""What the benchmarks share: their error, progress lines, a throwaway PostgreSQL database, and
+the JSON they print."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -39,3 +42,24 @@ def throwaway_database(admin_url: str, *, keep: bool = False) -> Iterator[str]:
             with psycopg.connect(admin_url, autocommit=True) as admin:
                 admin.execute(drop)
             progress(f"dropped database {name}")
+
+
+def run_and_print_json(
+    measure: Callable[[], dict[str, Any]],
+    verdict: Callable[[dict[str, Any]], int],
+    *,
+    could_not_run: tuple[type[Exception], ...] = (BenchError,),
+) -> int:
+    """Run `measure` and print its figures as JSON, the only thing on stdout. The exit code is
+    `verdict(figures)`, 2 when the benchmark could not run (one of `could_not_run`, its message
+    on stderr), 130 when interrupted."""
+    try:
+        result = measure()
+    except could_not_run as exc:
+        progress(str(exc))
+        return 2
+    except KeyboardInterrupt:
+        progress("interrupted")
+        return 130
+    print(json.dumps(result, indent=2))
+    return verdict(result)

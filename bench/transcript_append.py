@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
@@ -53,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from benchkit import BenchError, progress
-from processes import BUCKET, REGION, moto_server, use_fake_aws_credentials
+from benchkit import BenchError, progress, run_and_print_json
+from processes import BUCKET, REGION, create_bucket, moto_server, use_fake_aws_credentials
 
 from errors import StorageError
 from storage.local_transcripts import LocalTranscriptStore
@@ -250,6 +249,9 @@ async def run_s3(settings: BenchSettings, workdir: Path) -> dict[str, Any]:
     with moto_server(workdir) as moto:
         url = moto.url
         boto_session = boto3.session.Session(region_name=REGION)
+        # Through the metered session: it resolves its credentials now, not in the first
+        # measured request (which would then carry a longer User-Agent).
+        create_bucket(url, boto_session)
         meter = RequestMeter()
         meter.attach(boto_session)
         store = S3TranscriptStore(BUCKET, endpoint_url=url, boto_session=boto_session)
@@ -350,17 +352,14 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print the figures as JSON."""
     settings = parse_settings(argv)
-    try:
-        result = asyncio.run(run(settings))
-    except (BenchError, StorageError) as exc:
-        progress(str(exc))
-        return 2
-    except KeyboardInterrupt:
-        progress("interrupted")
-        return 130
-    print(json.dumps(result, indent=2))
-    met = [result[backend]["goal_met"] for backend in settings.backends]
-    return 1 if False in met else 0
+
+    def verdict(result: dict[str, Any]) -> int:
+        met = [result[backend]["goal_met"] for backend in settings.backends]
+        return 1 if False in met else 0
+
+    return run_and_print_json(
+        lambda: asyncio.run(run(settings)), verdict, could_not_run=(BenchError, StorageError)
+    )
 
 
 if __name__ == "__main__":
