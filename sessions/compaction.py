@@ -15,9 +15,10 @@ d. The compaction is recorded (database row and `compact_NNN.json`); the last
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any
 
 import structlog
 
@@ -108,18 +109,43 @@ def as_history(rows: Sequence[SessionMessage]) -> list[HistoryMessage]:
     ]
 
 
+def transcript_line(
+    *,
+    seq: int,
+    message_id: str | None,
+    role: str,
+    channel: str,
+    thread_id: str,
+    content: str,
+    metadata: Mapping[str, Any],
+    at: datetime,
+    tokens: int,
+) -> TranscriptLine:
+    """A stored message as a transcript line; tool blocks are kept as their JSON."""
+    blocks = metadata.get("blocks")
+    return TranscriptLine(
+        msg_id=message_id or f"seq-{seq}",
+        role=role,
+        channel=channel,
+        thread_id=thread_id or None,
+        content=json.dumps(blocks) if blocks else content,
+        timestamp=at,
+        tokens=tokens,
+    )
+
+
 def transcript_lines(rows: Sequence[SessionMessage]) -> list[TranscriptLine]:
-    """Stored messages as transcript lines; tool blocks are kept as their JSON."""
+    """Stored messages as transcript lines."""
     return [
-        TranscriptLine(
-            msg_id=row.message_id or f"seq-{row.seq}",
+        transcript_line(
+            seq=row.seq,
+            message_id=row.message_id,
             role=row.role,
             channel=row.channel_type,
-            thread_id=row.thread_id or None,
-            content=json.dumps(row.metadata_json["blocks"])
-            if row.metadata_json.get("blocks")
-            else row.content,
-            timestamp=row.created_at,
+            thread_id=row.thread_id,
+            content=row.content,
+            metadata=row.metadata_json,
+            at=row.created_at,
             tokens=row.tokens,
         )
         for row in rows

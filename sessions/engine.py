@@ -8,7 +8,6 @@ messages summarised; time for `/new`) as part of that reply. It knows nothing of
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -18,7 +17,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import LLMError, StorageError
-from sessions.compaction import CompactionPolicy, Compactor, as_history
+from sessions.compaction import CompactionPolicy, Compactor
 from sessions.context import (
     AssembledContext,
     ContextInputs,
@@ -26,7 +25,6 @@ from sessions.context import (
     HistoryMessage,
     RecentConversation,
     assemble,
-    history_text,
 )
 from sessions.context_cache import HistoryCache, MemoryCache, OrganizationCache
 from sessions.llm import (
@@ -35,22 +33,19 @@ from sessions.llm import (
     LLMMessage,
     LLMRequest,
     LLMResponse,
+    TokenEstimator,
     ToolSpec,
     estimate_tokens,
+    request_estimate,
 )
-from sessions.memory import (
-    RetentionPolicy,
-    SessionSummary,
-    extract_facts,
-    remember_facts,
-    summarise_session,
-)
+from sessions.memory import RetentionPolicy, SessionSummary
 from sessions.recall import RecallExclusions, RecallOptions, RecallSearch
 from sessions.recall_tool import SEARCH_TOOL, SEARCH_TOOL_NAME, run_search_tool
+from sessions.summaries import summarise_archived_sessions
+from sessions.topics import TopicWriter
 from storage.database import Database
 from storage.models import Session as SessionRow
-from storage.models import SessionSummary as SessionSummaryRow
-from storage.repositories import SessionRepository, SummaryRepository
+from storage.repositories import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -58,11 +53,6 @@ COMPACTION_NOTICE = "(Older messages of this conversation were summarised to mak
 SUGGEST_NEW_NOTICE = "(This conversation has been going on for a while: send /new to start fresh.)"
 MAX_TOOL_ROUNDS = 5
 MAX_MEMORY_FACTS = 50
-TOPIC_MESSAGES = 30  # the latest messages a topic is written from
-TOPIC_SYSTEM = (
-    "Describe the topic of this conversation. Answer with JSON only: "
-    '{"summary": "<one sentence>", "topics": ["<3 to 5 keywords>"]}'
-)
 
 ToolRunner = Callable[[Mapping[str, Any], str], Awaitable[str]]
 """Runs a tool for a user: (input, user id) → result text."""
@@ -156,30 +146,6 @@ class LoadedContext:
     session_id: str = ""
 
 
-class TokenEstimator:
-    """Local token estimates, calibrated by what the API reports it actually counted."""
-
-    def __init__(self) -> None:
-        self.ratio = 1.0
-
-    def estimate(self, raw_estimate: int) -> int:
-        """A calibrated estimate."""
-        return int(raw_estimate * self.ratio)
-
-    def observe(self, raw_estimate: int, actual: int) -> None:
-        """Move the ratio towards the observed one (a slow moving average)."""
-        if raw_estimate > 0 and actual > 0:
-            observed = min(max(actual / raw_estimate, 0.25), 4.0)
-            self.ratio = 0.8 * self.ratio + 0.2 * observed
-
-
-def request_estimate(request: LLMRequest) -> int:
-    """The local estimate of a request's input tokens."""
-    return estimate_tokens(request.system) + sum(
-        estimate_tokens(message.text) for message in request.messages
-    )
-
-
 class SessionEngine:
     """Runs turns and the session bookkeeping (compaction, topics, summaries, memory)."""
 
@@ -211,6 +177,9 @@ class SessionEngine:
         self.organizations = OrganizationCache()
         self.memories = MemoryCache(
             MAX_MEMORY_FACTS, self.settings.retention.hot_limit, self.settings.retention
+        )
+        self.topics = TopicWriter(
+            database, llm, self.histories, every=settings.topic_every_messages
         )
 
     async def read_context(
@@ -463,83 +432,13 @@ class SessionEngine:
         log.info("tool.ran", tool=name)
         return {**result, "content": output}
 
-    async def update_topic_if_due(self, session_id: str, *, first_seq: int, last_seq: int) -> bool:
-        """Refresh the topic summary when the turn, which stored the session's messages
-        `first_seq` to `last_seq`, passed a multiple of `topic_every_messages`."""
-        every = self.settings.topic_every_messages
-        if last_seq // every == (first_seq - 1) // every:
-            return False
-        # The turn just extended the cached history; the database only when it is not there.
-        recent = self.histories.recent(session_id, through_seq=last_seq, count=TOPIC_MESSAGES)
-        if recent is None:
-            async with self.database.session() as db:
-                rows = await SessionRepository(db).messages(
-                    session_id, after_seq=max(last_seq - TOPIC_MESSAGES, 0), through_seq=last_seq
-                )
-            recent = tuple(as_history(rows))
-        response = await self.llm.complete(
-            LLMRequest(
-                system=TOPIC_SYSTEM,
-                messages=(
-                    LLMMessage("user", f"<transcript>\n{history_text(recent)}\n</transcript>"),
-                ),
-                max_tokens=200,
-                purpose="topic",
-            )
-        )
-        summary, topics = parse_topic(response.text)
-        if not summary:
-            return False
-        async with self.database.session() as db:
-            await SessionRepository(db).set_topic(session_id, summary, topics)
-        log.info("session.topic_updated", session_id=session_id, topics=topics)
-        return True
-
     async def summarise_archived_sessions(self, *, limit: int = 10) -> int:
         """Write summaries (and memory facts) for archived sessions that lack one."""
-        async with self.database.session() as db:
-            pending = await SummaryRepository(db).archived_without_summary(
-                min_user_messages=self.settings.summary_min_user_messages, limit=limit
-            )
-        written = 0
-        for session in pending:
-            async with self.database.session() as db:
-                rows = await SessionRepository(db).messages(session.id)
-            transcript = history_text(as_history(rows))
-            summary = await summarise_session(self.llm, transcript)
-            facts = await extract_facts(self.llm, transcript)
-            now = self.clock()
-            async with self.database.session() as db:
-                await SummaryRepository(db).add(
-                    SessionSummaryRow(
-                        session_id=session.id,
-                        user_id=session.user_id,
-                        summary=summary,
-                        topics=list(session.topics),
-                        message_count=session.message_count,
-                        created_at=now,
-                    )
-                )
-                await remember_facts(
-                    db, session.user_id, facts, source_session_id=session.id, at=now
-                )
-            self.memories.forget(session.user_id)
-            log.info("session.summarised", session_id=session.id, facts=len(facts))
-            written += 1
-        return written
-
-
-def parse_topic(text: str) -> tuple[str, list[str]]:
-    """The summary sentence and keywords of a topic answer (empty when unparseable)."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return "", []
-    try:
-        data = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
-        return "", []
-    if not isinstance(data, dict):
-        return "", []
-    summary = " ".join(str(data.get("summary", "")).split())[:300]
-    topics = [str(t)[:40] for t in data.get("topics", []) if isinstance(t, str)][:5]
-    return summary, topics
+        return await summarise_archived_sessions(
+            self.database,
+            self.llm,
+            min_user_messages=self.settings.summary_min_user_messages,
+            clock=self.clock,
+            on_written=self.memories.forget,
+            limit=limit,
+        )

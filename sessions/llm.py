@@ -289,3 +289,27 @@ def offline_topic(prompt: str) -> dict[str, object]:
     keywords = sorted(counts, key=lambda word: (-counts[word], word))[:5]
     summary = _SENTENCE.split(lines[0].strip(), maxsplit=1)[0][:160] if lines else ""
     return {"summary": summary, "topics": keywords}
+
+
+class TokenEstimator:
+    """Local token estimates, calibrated by what the API reports it actually counted."""
+
+    def __init__(self) -> None:
+        self.ratio = 1.0
+
+    def estimate(self, raw_estimate: int) -> int:
+        """A calibrated estimate."""
+        return int(raw_estimate * self.ratio)
+
+    def observe(self, raw_estimate: int, actual: int) -> None:
+        """Move the ratio towards the observed one (a slow moving average)."""
+        if raw_estimate > 0 and actual > 0:
+            observed = min(max(actual / raw_estimate, 0.25), 4.0)
+            self.ratio = 0.8 * self.ratio + 0.2 * observed
+
+
+def request_estimate(request: LLMRequest) -> int:
+    """The local estimate of a request's input tokens."""
+    return estimate_tokens(request.system) + sum(
+        estimate_tokens(message.text) for message in request.messages
+    )

@@ -24,7 +24,6 @@ and gets back a `TurnResult`; it sends the committed reply and then calls `after
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,6 +36,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import LLMError, StorageError
+from sessions.compaction import transcript_line
 from sessions.context import HistoryMessage
 from sessions.engine import NewMessage, SessionEngine, TurnOutcome
 from sessions.llm import estimate_tokens
@@ -291,15 +291,15 @@ class TurnService:
             output_tokens=outcome.output_tokens if outcome else 0,
             model_seconds=model_seconds,
             transcript=tuple(
-                TranscriptLine(
-                    msg_id=message.message_id or f"seq-{first_seq + position}",
+                transcript_line(
+                    seq=first_seq + position,
+                    message_id=message.message_id,
                     role=message.role,
                     channel=message.channel_type,
-                    thread_id=message.thread_id or None,
-                    content=json.dumps(message.metadata["blocks"])
-                    if message.metadata.get("blocks")
-                    else message.content,
-                    timestamp=now,
+                    thread_id=message.thread_id,
+                    content=message.content,
+                    metadata=message.metadata,
+                    at=now,
                     tokens=message.tokens,
                 )
                 for position, message in enumerate(to_store)
@@ -322,7 +322,7 @@ class TurnService:
         if not result.answered:
             return
         try:
-            await self.engine.update_topic_if_due(
+            await self.engine.topics.update_if_due(
                 result.session_id, first_seq=result.first_seq, last_seq=result.last_seq
             )
         except LLMError as exc:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sessions.engine import TokenEstimator, parse_topic
-from sessions.llm import offline_facts, offline_summary, offline_topic
+from sessions.llm import TokenEstimator, offline_facts, offline_summary, offline_topic
 from sessions.memory import MemoryFact, RetentionPolicy, SessionSummary, parse_facts
+from sessions.topics import parse_topic
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 

@@ -1,0 +1,106 @@
+"""The context caches: a session's history is read once, extended by the turn's own writes,
+and checked against the session row, so writes it did not see (another process's turns, a
+compaction) are never missed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sessions.context import HistoryMessage
+from sessions.context_cache import BoundedLRU, HistoryCache
+from storage.database import Database
+from storage.models import SessionCompaction
+from storage.repositories import CompactionRepository, SessionRepository
+from storage.turn_store import MessageToStore, store_turn_messages
+from storage.users import OrganizationRepository, UserRepository
+
+T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+async def new_session(database: Database) -> str:
+    async with database.session() as db:
+        await OrganizationRepository(db).upsert("acme", "Acme")
+        await UserRepository(db).upsert("alice", "acme", "Alice")
+        return (await SessionRepository(db).create("alice", "acme", at=T0)).id
+
+
+async def store(database: Database, session_id: str, *texts: str) -> int:
+    """Messages written as another process would: straight to the database."""
+    async with database.session() as db:
+        return await store_turn_messages(
+            db,
+            session_id,
+            [MessageToStore("user", "web", text, tokens=1) for text in texts],
+            at=T0,
+        )
+
+
+async def cached_texts(cache: HistoryCache, database: Database, session_id: str) -> list[str]:
+    async with database.session() as db:
+        session = await SessionRepository(db).get(session_id)
+        assert session is not None
+        history = await cache.read(db, session)
+    return [message.content for message in history.messages]
+
+
+async def test_messages_written_elsewhere_are_read_once_the_row_shows_them(
+    database: Database,
+) -> None:
+    session_id = await new_session(database)
+    cache = HistoryCache()
+    await store(database, session_id, "one", "two")
+    assert await cached_texts(cache, database, session_id) == ["one", "two"]
+    await store(database, session_id, "three")
+    assert await cached_texts(cache, database, session_id) == ["one", "two", "three"]
+
+
+async def test_a_turns_own_messages_extend_the_cache_without_a_read(database: Database) -> None:
+    session_id = await new_session(database)
+    cache = HistoryCache()
+    await store(database, session_id, "one")
+    await cached_texts(cache, database, session_id)
+    first = await store(database, session_id, "two")
+    cache.extend(
+        session_id, after_seq=first - 1, messages=[HistoryMessage(first, "user", "two (cached)")]
+    )
+    # The row says seq 2 and the cache is at 2: its own copy is used, nothing is read again.
+    assert await cached_texts(cache, database, session_id) == ["one", "two (cached)"]
+
+
+async def test_a_compaction_makes_the_cache_read_the_window_again(database: Database) -> None:
+    session_id = await new_session(database)
+    cache = HistoryCache()
+    await store(database, session_id, "one", "two", "three")
+    await cached_texts(cache, database, session_id)
+    async with database.session() as db:
+        await CompactionRepository(db).add(
+            SessionCompaction(
+                session_id=session_id,
+                seq=1,
+                first_message_seq=1,
+                last_message_seq=2,
+                messages_compacted=2,
+                tokens_before=3,
+                tokens_after=1,
+                archive_ref="archive",
+                summary="one and two",
+            )
+        )
+        session = await SessionRepository(db).get(session_id)
+        assert session is not None
+        session.compaction_count = 1
+    async with database.session() as db:
+        session = await SessionRepository(db).get(session_id)
+        assert session is not None
+        history = await cache.read(db, session)
+    assert (history.summary, [m.content for m in history.messages]) == ("one and two", ["three"])
+
+
+def test_the_lru_forgets_the_least_recently_used_beyond_its_weight() -> None:
+    cache: BoundedLRU[str, list[int]] = BoundedLRU(5, len)
+    cache.put("a", [1, 2])
+    cache.put("b", [1, 2])
+    assert cache.get("a") == [1, 2]  # now the most recently used
+    cache.put("c", [1, 2])
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == ([1, 2], None, [1, 2])
+    assert cache.weight == 4
