@@ -49,6 +49,9 @@ compaction), `indexed_turns` (the user's recall index), the same for the thread 
 `ratio_p50` (largest/smallest size against the goal, and every size's ratio); under
 `history`, the same figures for the user with the long history against the p95 goal. The exit
 code is 1 when a goal is not met on some backend, 2 when the benchmark could not run.
+
+The rows are made in `context_rows` (no I/O) and written by `context_data`; this module times
+the assembly and reports.
 """
 
 from __future__ import annotations
