@@ -20,9 +20,9 @@ from sessions.routing import SessionThreads
 from storage.database import Database
 
 if TYPE_CHECKING:
-    from channels.email import EmailChannel
-    from channels.slack import SlackChannel
-    from channels.teams import TeamsChannel
+    from channels.email.adapter import EmailChannel
+    from channels.slack.adapter import SlackChannel
+    from channels.teams.adapter import TeamsChannel
 
 
 def open_slack(
@@ -32,7 +32,7 @@ def open_slack(
     slack = config.channels.slack
     if not slack.enabled:
         return None
-    from channels.slack import SlackChannel, SlackSettings  # noqa: PLC0415
+    from channels.slack.adapter import SlackChannel, SlackSettings  # noqa: PLC0415
 
     return SlackChannel(
         SlackSettings(
@@ -59,7 +59,7 @@ def open_teams(
     teams = config.channels.teams
     if not teams.enabled:
         return None
-    from channels.teams import TeamsChannel, TeamsSettings  # noqa: PLC0415
+    from channels.teams.adapter import TeamsChannel, TeamsSettings  # noqa: PLC0415
 
     return TeamsChannel(
         TeamsSettings(
@@ -101,7 +101,7 @@ def open_email(
     email = config.channels.email
     if not email.enabled:
         return None
-    from channels.email import EmailChannel, EmailSettings  # noqa: PLC0415
+    from channels.email.adapter import EmailChannel, EmailSettings  # noqa: PLC0415
 
     outbound = email.outbound
     return EmailChannel(

@@ -204,8 +204,8 @@ def _recall_reindex(args: argparse.Namespace) -> int:
 def _email_parse(args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
-    from channels.email_auth import Envelope  # noqa: PLC0415  (mail libraries: only here)
-    from channels.email_describe import describe_email, describe_text  # noqa: PLC0415
+    from channels.email.auth import Envelope  # noqa: PLC0415  (mail libraries: only here)
+    from channels.email.describe import describe_email, describe_text  # noqa: PLC0415
 
     try:
         data = args.file.read_bytes()
@@ -240,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _teams_package(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    from channels.teams_package import build_app_package  # noqa: PLC0415  (only for this command)
+    from channels.teams.package import build_app_package  # noqa: PLC0415  (only for this command)
 
     path = build_app_package(
         config.channels.teams.app_id, args.name, args.out, version=args.version

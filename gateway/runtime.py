@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from channels.base import ChannelAdapter, ChannelType
-from channels.web import WebChannel, WebSettings
+from channels.web.adapter import WebChannel, WebSettings
 from gateway.admin import Administration
 from gateway.channel_factories import listen_for_email, open_email, open_slack, open_teams
 from gateway.dispatcher import Dispatcher
@@ -45,9 +45,9 @@ from storage.queues import OutboxRepository
 from storage.transcripts import TranscriptStore
 
 if TYPE_CHECKING:
-    from channels.email import EmailChannel
-    from channels.slack import SlackChannel
-    from channels.teams import TeamsChannel
+    from channels.email.adapter import EmailChannel
+    from channels.slack.adapter import SlackChannel
+    from channels.teams.adapter import TeamsChannel
 
 log = get_logger(__name__)
 

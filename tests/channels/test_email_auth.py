@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channels.email_auth import (
+from channels.email.auth import (
     DnsTemporaryError,
     Envelope,
     aligned,

@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
 from channels.base import AcceptResult, ChannelMessage, ChannelType, OutboundMessage
-from channels.email import EmailChannel, EmailSettings
-from channels.email_auth import DnsTemporaryError
+from channels.email.adapter import EmailChannel, EmailSettings
+from channels.email.auth import DnsTemporaryError
 from errors import DeliveryError, StorageError
 from tests.fakes.smtp_sink import SmtpSink
 

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from channels.email_auth import check_dkim
-from channels.email_forward import Mailbox, read_forward
-from channels.email_html import html_to_text
-from channels.email_parse import parse_email
-from channels.email_quote import strip_reply
+from channels.email.auth import check_dkim
+from channels.email.forward import Mailbox, read_forward
+from channels.email.html_text import html_to_text
+from channels.email.parse import parse_email
+from channels.email.quote import strip_reply
 
 CORPUS = Path(
     os.environ.get(

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from channels.email_forward import Mailbox, read_forward
-from channels.email_quote import remove_own_texts, strip_reply
+from channels.email.forward import Mailbox, read_forward
+from channels.email.quote import remove_own_texts, strip_reply
 
 GMAIL = """Note on top.
 

@@ -9,8 +9,8 @@ from email.parser import BytesParser
 import pytest
 
 from channels.base import ChannelType, OutboundMessage
-from channels.email_guard import SenderRateLimit, unanswerable_reason
-from channels.email_outbound import compose_reply, outbound_message_id, reply_html, reply_subject
+from channels.email.guard import SenderRateLimit, unanswerable_reason
+from channels.email.outbound import compose_reply, outbound_message_id, reply_html, reply_subject
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from channels.base import ChannelMessage, ChannelType
-from channels.email_parse import parse_email, references_of
+from channels.email.parse import parse_email, references_of
 from errors import ChannelPayloadError
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)

@@ -22,8 +22,8 @@ from channels.base import (
     FileToSend,
     OutboundMessage,
 )
-from channels.slack import SlackChannel, SlackSettings
-from channels.slack_parse import SHORTCUT_CALLBACK_ID
+from channels.slack.adapter import SlackChannel, SlackSettings
+from channels.slack.parse import SHORTCUT_CALLBACK_ID
 from errors import ChannelAuthError, DeliveryError, StorageError
 from tests.e2e.harness import free_port
 from tests.fakes.slack_api import (

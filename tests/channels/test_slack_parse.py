@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from channels.base import ChannelType
-from channels.slack_format import markdown_to_mrkdwn, slack_text, split_for_slack
-from channels.slack_parse import parse_slack_event, parse_slack_shortcut
+from channels.slack.format import markdown_to_mrkdwn, slack_text, split_for_slack
+from channels.slack.parse import parse_slack_event, parse_slack_shortcut
 from errors import ChannelPayloadError
 
 BOT = "UBOT0001"

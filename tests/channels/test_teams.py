@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from structlog.testing import capture_logs
 
 from channels.base import AcceptResult, ChannelMessage, ChannelType, OutboundMessage
-from channels.teams import TeamsChannel, TeamsSettings
+from channels.teams.adapter import TeamsChannel, TeamsSettings
 from errors import ConfigError, DeliveryError, StorageError
 from tests.fakes.bot_framework import (
     APP_ID,

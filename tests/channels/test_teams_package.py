@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from channels.teams_package import TEMPLATE_DIR, build_app_package, draw_icons
+from channels.teams.package import TEMPLATE_DIR, build_app_package, draw_icons
 from errors import ConfigError
 
 APP_ID = "2b7e6a0c-3f4d-4c1a-9e2b-5d6f7a8b9c0d"

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from channels.base import Attachment, ChannelMessage, ChannelType
-from channels.teams import parse_teams_activity
-from channels.teams_activity import (
+from channels.teams.parse import (
     bot_was_added,
     conversation_reference,
     ignore_reason,
+    parse_teams_activity,
     split_conversation_id,
     teams_text,
 )

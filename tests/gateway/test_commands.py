@@ -15,8 +15,8 @@ from sqlalchemy import func, select
 from structlog.testing import capture_logs
 
 from channels.base import FILE_CHANNELS, ChannelMessage, ChannelType
-from channels.slack_parse import parse_slack_event, parse_slack_shortcut
-from channels.teams import parse_teams_activity
+from channels.slack.parse import parse_slack_event, parse_slack_shortcut
+from channels.teams.parse import parse_teams_activity
 from gateway.commands import (
     EXPORT_ONLY_IN_PRIVATE,
     CommandContext,

@@ -49,8 +49,8 @@ from slack_bolt.request.internals import parse_body
 from sqlalchemy import select
 
 from channels.base import ChannelMessage
-from channels.email_parse import parse_email
-from channels.web import ID_PATTERN, MAX_BODY_BYTES, USER_PATTERN
+from channels.email.parse import parse_email
+from channels.web.adapter import ID_PATTERN, MAX_BODY_BYTES, USER_PATTERN
 from errors import ChannelPayloadError
 from gateway import outbox
 from gateway.cli import main as gateway_cli

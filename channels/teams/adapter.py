@@ -41,16 +41,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from channels.base import ChannelType, DeliveryReceipt, InboxPort, OutboundMessage, parse_json
-from channels.teams_activity import (
-    REPLY_CHAIN_MARKER,
-    bot_was_added,
-    conversation_reference,
-    ignore_reason,
-    parse_teams_activity,
-    split_conversation_id,
-    tenant_of,
-)
-from channels.teams_auth import (
+from channels.teams.auth import (
     BOT_FRAMEWORK_ISSUER,
     DEFAULT_OPENID_METADATA_URL,
     DEFAULT_SCOPE,
@@ -60,6 +51,15 @@ from channels.teams_auth import (
     SigningKeys,
     SigningKeysUnavailableError,
     TeamsCredentialsFactory,
+)
+from channels.teams.parse import (
+    REPLY_CHAIN_MARKER,
+    bot_was_added,
+    conversation_reference,
+    ignore_reason,
+    parse_teams_activity,
+    split_conversation_id,
+    tenant_of,
 )
 from errors import (
     ChannelAuthError,

@@ -5,8 +5,8 @@ Inbound, in the order a mail meets them:
 * ``RCPT TO`` another address than the assistant's: ``550``; a mail over
   ``max_message_bytes``: ``552`` (aiosmtpd, also on an announced ``SIZE``).
 * Bounces, auto-responders, list mail and our own mail: accepted (``250``), never routed
-  (`channels.email_guard`): answering them would start a loop.
-* Sender authentication (`channels.email_auth`, DNS in a worker thread): a failure in
+  (`channels.email.guard`): answering them would start a loop.
+* Sender authentication (`channels.email.auth`, DNS in a worker thread): a failure in
   ``verify`` mode is refused with ``550 5.7.1`` (we are the edge: the refusal goes to the
   connecting server, never a bounce of ours to a forged sender); in ``trusted_mta`` mode the
   MTA in front of us already accepted the mail, so it is accepted and dropped (a refusal would
@@ -43,12 +43,12 @@ from channels.base import (
     InboxPort,
     OutboundMessage,
 )
-from channels.email_auth import AuthVerdict, Resolver, authenticate, dns_resolver
-from channels.email_auth import Envelope as SmtpEnvelope
-from channels.email_guard import SenderRateLimit, unanswerable_reason
-from channels.email_headers import read_headers
-from channels.email_outbound import SmtpRelay, compose_reply, deliver, domain_of
-from channels.email_parse import parse_email, references_of
+from channels.email.auth import AuthVerdict, Resolver, authenticate, dns_resolver
+from channels.email.auth import Envelope as SmtpEnvelope
+from channels.email.guard import SenderRateLimit, unanswerable_reason
+from channels.email.headers import read_headers
+from channels.email.outbound import SmtpRelay, compose_reply, deliver, domain_of
+from channels.email.parse import parse_email, references_of
 from errors import ChannelPayloadError, StorageError
 
 __all__ = ["EmailChannel", "EmailSettings", "SentMessages", "parse_email"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from errors import ConfigError
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "config" / "teams"
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "config" / "teams"
 ICON_SIZES = {"color.png": 192, "outline.png": 32}
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 _SEMVER = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")

@@ -22,7 +22,7 @@ from typing import Any
 import aiosmtplib
 
 from channels.base import OutboundMessage
-from channels.email_headers import normalize_id
+from channels.email.headers import normalize_id
 from errors import DeliveryError
 
 MAX_REFERENCES = 20

@@ -35,7 +35,7 @@ import dns.exception
 import dns.resolver
 from publicsuffix2 import PublicSuffixList  # type: ignore[import-untyped]
 
-from channels import email_headers as headers
+from channels.email import headers
 
 AuthMode = Literal["verify", "trusted_mta", "off"]
 Resolver = Callable[[str, str], Sequence[str]]

@@ -41,8 +41,8 @@ from channels.base import (
     InboxPort,
     OutboundMessage,
 )
-from channels.slack_format import markdown_to_mrkdwn, split_for_slack
-from channels.slack_parse import SHORTCUT_CALLBACK_ID, parse_slack_event, parse_slack_shortcut
+from channels.slack.format import markdown_to_mrkdwn, split_for_slack
+from channels.slack.parse import SHORTCUT_CALLBACK_ID, parse_slack_event, parse_slack_shortcut
 from errors import ChannelAuthError, ChannelPayloadError, DeliveryError, StorageError
 
 log = structlog.stdlib.get_logger(__name__)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.email_auth import AuthMode, Envelope, Resolver, authenticate, dns_resolver
-from channels.email_parse import parse_email
+from channels.email.auth import AuthMode, Envelope, Resolver, authenticate, dns_resolver
+from channels.email.parse import parse_email
 
 
 def describe_email(

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from channels.base import Attachment, ChannelMessage, ChannelType, ForwardedContent
-from channels.slack_format import slack_text
+from channels.slack.format import slack_text
 from errors import ChannelPayloadError
 
 SHORTCUT_CALLBACK_ID = "send_to_assistant"  # config/slack-app-manifest.yaml declares it

@@ -26,7 +26,7 @@ from functools import lru_cache
 from mailparser_reply import EmailMessage  # type: ignore[import-untyped]
 from mailparser_reply.constants import MAIL_LANGUAGES  # type: ignore[import-untyped]
 
-from channels import email_forward_patterns as fp
+from channels.email import forward_patterns as fp
 
 _QUOTED = re.compile(r"^\s*>")
 _WORD = re.compile(r"\w+")

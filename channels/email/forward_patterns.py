@@ -3,7 +3,7 @@
 Ported from the MIT-licensed crisp-oss/email-forward-parser (``lib/parser.js``, Copyright (c)
 2021 Crisp IM SAS): the JavaScript patterns are kept as they are (named groups spelled the Python
 way), with the client and locale each one comes from, so new clients can be added by comparing
-with upstream. Only data lives here; `channels.email_forward` applies it.
+with upstream. Only data lives here; `channels.email.forward` applies it.
 """
 
 # The patterns are localized literals (full-width colons, dotless i) and long by nature.

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from email.message import Message
 
-from channels import email_headers as headers
+from channels.email import headers
 
 _DAEMONS = frozenset({"mailer-daemon", "mail-daemon", "mailerdaemon", "noreply-dmarc-support"})
 _BULK = frozenset({"bulk", "list", "junk"})

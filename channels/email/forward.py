@@ -3,7 +3,7 @@
 A port of the approach of the MIT-licensed crisp-oss/email-forward-parser (JavaScript; its
 Python port needs Python 3.14): split the body at a client's forward separator, then read the
 original's From, To, Cc, Subject and Date from the header block under it, in ~25 languages. The
-patterns live in `channels.email_forward_patterns`. `read_forward` mirrors upstream's `read`,
+patterns live in `channels.email.forward_patterns`. `read_forward` mirrors upstream's `read`,
 so upstream's test corpus applies, with one deliberate difference when a subject is given:
 
 * upstream: a subject without a forward prefix (``Fwd:``, ``FW:``, ``WG:`` …) means "not
@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from channels import email_forward_patterns as p
+from channels.email import forward_patterns as p
 
 _REPLY_SUBJECT = re.compile(r"^\s*(re|aw|sv|vs|antw|odp|ynt|r|res|rif|ref|vá|atb)\s*:", re.I)
 

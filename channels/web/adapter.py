@@ -201,7 +201,7 @@ class WebChannel:
 
     async def page(self, _request: Request) -> Response:
         """The chat page."""
-        html = resources.files("channels").joinpath("web_page.html").read_text(encoding="utf-8")
+        html = resources.files("channels.web").joinpath("page.html").read_text(encoding="utf-8")
         return HTMLResponse(html.replace("__DEV_OPEN__", json.dumps(self.settings.dev_open)))
 
     def _authenticate(self, request: Request, claimed_user: object) -> str:

@@ -2,8 +2,8 @@
 
 `parse_email` reads the message with the standard library (`policy.default`), picks the text
 (text/plain, else HTML through inscriptis), finds what the person forwarded (an attached
-message first, then an inline forward, `channels.email_forward`), and strips what a reply
-quotes (`channels.email_quote`; forwards are found first, since stripping would delete them).
+message first, then an inline forward, `channels.email.forward`), and strips what a reply
+quotes (`channels.email.quote`; forwards are found first, since stripping would delete them).
 Ids (Message-ID, In-Reply-To, References) are kept in one normal form everywhere: without angle
 brackets or whitespace (`normalize_id`). Malformed mail either still yields a message (broken
 boundaries, wrong charsets, HTML only, empty body) or raises `ChannelPayloadError` with the
@@ -28,12 +28,12 @@ from email.parser import BytesParser
 from textwrap import dedent
 from typing import Any
 
-from channels import email_headers as headers
 from channels.base import Attachment, ChannelMessage, ChannelType, ForwardedContent
-from channels.email_forward import read_forward
-from channels.email_headers import normalize_id
-from channels.email_html import HtmlError, html_to_text
-from channels.email_quote import strip_reply
+from channels.email import headers
+from channels.email.forward import read_forward
+from channels.email.headers import normalize_id
+from channels.email.html_text import HtmlError, html_to_text
+from channels.email.quote import strip_reply
 from errors import ChannelPayloadError
 
 __all__ = ["MailText", "normalize_id", "parse_email", "references_of"]

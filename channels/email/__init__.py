@@ -1,0 +1,1 @@
+"""The email channel: parsing (pure), the adapter and the outbound half."""

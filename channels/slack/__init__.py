@@ -1,0 +1,1 @@
+"""The slack channel: parsing (pure), the adapter and the outbound half."""

@@ -1,0 +1,1 @@
+"""The teams channel: parsing (pure), the adapter and the outbound half."""

@@ -1,0 +1,1 @@
+"""The web channel: parsing (pure), the adapter and the outbound half."""
