@@ -77,7 +77,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 T = TypeVar("T")
 KeyPath = tuple[str | int, ...]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ASSISTANT = "assistant@acme.example"
 WEB_TOKEN = "web-token-alice"
 MAX_TEXT_CHARS = 16_000  # the channels' default max_text_chars

@@ -1,0 +1,1 @@
+"""Bad-input fuzzing of the gateway with hypothesis."""
