@@ -32,9 +32,11 @@ from storage.models import (
     SessionStatus,
     SessionSummary,
 )
-from storage.repositories import MemoryRepository, SessionRepository, SummaryRepository
+from storage.repositories.memory import MemoryRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.summaries import SummaryRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 from storage.transcripts import SessionRef
-from storage.users import OrganizationRepository, UserRepository
 
 # Rows per INSERT: one multi-row statement, so the database's recall triggers index (and
 # count) a batch at once, and within SQLite's limit of bound values per statement.

@@ -33,7 +33,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxSender
 from storage.database import Database
 from storage.locks import PostgresTurnLocks
-from storage.queues import OutboxRepository
+from storage.repositories.outbox import OutboxRepository
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 T0 = datetime(2025, 6, 1, tzinfo=UTC)

@@ -56,7 +56,7 @@ from gateway.log import configure_logging
 from sessions.recall import RecallSearch
 from storage.database import Database
 from storage.models import Session, SessionMessage, SessionSummary
-from storage.users import OrganizationRepository, UserRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 GOAL_P95_MS = 50.0

@@ -61,8 +61,9 @@ from sessions.recall import THOROUGH, RecallBounds, RecallOptions, RecallSearch
 from storage.database import Database
 from storage.models import SessionStatus, SessionSummary
 from storage.recall_entries import SearchBound
-from storage.repositories import SessionRepository, SummaryRepository
-from storage.users import OrganizationRepository, UserRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.summaries import SummaryRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 BACKENDS = ("sqlite", "postgres")

@@ -24,7 +24,6 @@ from gateway.inbox import sender_key
 from gateway.log import get_logger
 from sessions.export import export_session, session_record
 from sessions.lifecycle import archive_session
-from storage.admin_queries import AdminRepository
 from storage.database import Database
 from storage.models import (
     Session,
@@ -33,9 +32,11 @@ from storage.models import (
     User,
     UserChannelIdentity,
 )
-from storage.repositories import MemoryRepository, SessionRepository
+from storage.repositories.admin import AdminRepository
+from storage.repositories.memory import MemoryRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.users import UserRepository
 from storage.transcripts import SessionRef, TranscriptStore, session_prefix, transcript_keys
-from storage.users import UserRepository
 
 log = get_logger(__name__)
 

@@ -157,7 +157,7 @@ def _recall_search(args: argparse.Namespace) -> int:
 
     from sessions.recall import RecallHit, RecallSearch  # noqa: PLC0415  (SQLAlchemy: lazily)
     from storage.database import Database  # noqa: PLC0415
-    from storage.users import UserRepository  # noqa: PLC0415
+    from storage.repositories.users import UserRepository  # noqa: PLC0415
 
     async def search() -> list[RecallHit]:
         database = Database(config.storage.database_url, pool_size=1)

@@ -35,7 +35,7 @@ from sessions.actions import (
     start_new_session,
 )
 from sessions.routing import Arrival, RoutingPolicy
-from storage.repositories import ExportLinkRepository
+from storage.repositories.export_links import ExportLinkRepository
 from storage.transcripts import TranscriptStore
 
 log = get_logger(__name__)

@@ -23,7 +23,7 @@ from gateway.log import get_logger
 from gateway.turns import QueuedEvent, TurnProcessor
 from storage.database import Database
 from storage.locks import TurnLocks
-from storage.queues import InboxRepository
+from storage.repositories.inbox import InboxRepository
 
 log = get_logger(__name__)
 

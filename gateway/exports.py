@@ -10,7 +10,8 @@ from gateway.commands import export_token_hash
 from gateway.log import get_logger
 from sessions.export import export_session
 from storage.database import Database
-from storage.repositories import ExportLinkRepository, SessionRepository
+from storage.repositories.export_links import ExportLinkRepository
+from storage.repositories.sessions import SessionRepository
 
 log = get_logger(__name__)
 

@@ -20,7 +20,7 @@ from gateway.inbox import normalise_identifier
 from gateway.log import get_logger
 from gateway.settings import GatewayConfig, IdentityConfig
 from storage.database import Database
-from storage.users import OrganizationRepository, UserRepository, identity_conflict
+from storage.repositories.users import OrganizationRepository, UserRepository, identity_conflict
 
 log = get_logger(__name__)
 

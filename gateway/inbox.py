@@ -25,7 +25,7 @@ from gateway.metrics import GatewayMetrics
 from storage.database import Database
 from storage.group_commit import GroupCommit, refused_for_its_content
 from storage.models import InboundEvent
-from storage.queues import InboxRepository
+from storage.repositories.inbox import InboxRepository
 
 log = get_logger(__name__)
 

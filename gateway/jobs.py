@@ -22,11 +22,12 @@ from gateway.admin import Administration
 from gateway.log import get_logger
 from sessions.engine import SessionEngine
 from sessions.lifecycle import archive_session
-from storage.admin_queries import AdminRepository
 from storage.database import Database
 from storage.locks import TurnLocks
 from storage.models import SessionStatus
-from storage.repositories import LeaseRepository, SessionRepository
+from storage.repositories.admin import AdminRepository
+from storage.repositories.leases import LeaseRepository
+from storage.repositories.sessions import SessionRepository
 
 log = get_logger(__name__)
 

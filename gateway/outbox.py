@@ -29,7 +29,7 @@ from gateway.metrics import GatewayMetrics
 from storage.database import Database
 from storage.group_commit import GroupCommit, refused_for_its_content
 from storage.models import OutboundMessage as OutboundRow
-from storage.queues import OutboxRepository
+from storage.repositories.outbox import OutboxRepository
 
 log = get_logger(__name__)
 

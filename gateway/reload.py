@@ -24,7 +24,7 @@ from gateway.log import get_logger
 from gateway.runtime import GatewayRuntime
 from gateway.settings import GatewayConfig
 from sessions.routing import RoutingPolicy
-from storage.users import UserRepository
+from storage.repositories.users import UserRepository
 
 log = get_logger(__name__)
 

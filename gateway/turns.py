@@ -30,7 +30,8 @@ from sessions.turn import ReplyAddress, TurnService, UserTurn, new_outbound_id
 from storage.database import Database
 from storage.models import InboundEvent, InboundStatus
 from storage.models import OutboundMessage as OutboundRow
-from storage.queues import InboxRepository, OutboxRepository
+from storage.repositories.inbox import InboxRepository
+from storage.repositories.outbox import OutboxRepository
 from storage.transcripts import TranscriptStore
 
 log = get_logger(__name__)

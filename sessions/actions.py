@@ -17,7 +17,7 @@ from sessions.export import export_session
 from sessions.lifecycle import transition
 from sessions.routing import Arrival, RoutingPolicy, find_session
 from storage.models import Session, SessionStatus
-from storage.repositories import SessionRepository
+from storage.repositories.sessions import SessionRepository
 from storage.transcripts import SessionRef, TranscriptStore
 
 

@@ -29,7 +29,8 @@ from sessions.llm import LLMClient, LLMMessage, LLMRequest, estimate_tokens
 from sessions.memory import MemoryFact, extract_facts, remember_facts, transcript_prompt
 from storage.database import Database
 from storage.models import Session, SessionCompaction, SessionMessage, SessionStatus
-from storage.repositories import CompactionRepository, SessionRepository
+from storage.repositories.compactions import CompactionRepository
+from storage.repositories.sessions import SessionRepository
 from storage.transcripts import (
     SessionRef,
     TranscriptLine,

@@ -33,13 +33,11 @@ from sessions.compaction import as_history
 from sessions.context import HistoryMessage
 from sessions.memory import RetentionPolicy
 from storage.models import Organization, Session, SessionSummary
-from storage.repositories import (
-    CompactionRepository,
-    MemoryRepository,
-    SessionRepository,
-    SummaryRepository,
-)
-from storage.users import OrganizationRepository
+from storage.repositories.compactions import CompactionRepository
+from storage.repositories.memory import MemoryRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.summaries import SummaryRepository
+from storage.repositories.users import OrganizationRepository
 
 K = TypeVar("K")
 V = TypeVar("V")

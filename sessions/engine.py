@@ -45,7 +45,7 @@ from sessions.summaries import summarise_archived_sessions
 from sessions.topics import TopicWriter
 from storage.database import Database
 from storage.models import Session as SessionRow
-from storage.repositories import SessionRepository
+from storage.repositories.sessions import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
 

@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.models import Session
-from storage.repositories import CompactionRepository, SessionRepository
+from storage.repositories.compactions import CompactionRepository
+from storage.repositories.sessions import SessionRepository
 
 
 def session_record(session: Session) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import SessionStateError
 from storage.models import Session, SessionStatus
-from storage.repositories import SessionRepository
+from storage.repositories.sessions import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
 

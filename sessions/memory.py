@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.llm import LLMClient, LLMMessage, LLMRequest
-from storage.repositories import MemoryRepository
+from storage.repositories.memory import MemoryRepository
 
 FACT_CATEGORIES = frozenset({"preference", "identity", "commitment", "fact"})
 

@@ -23,8 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sessions.lifecycle import transition
 from storage.database import Database
 from storage.models import Session, SessionStatus
-from storage.queues import OutboxRepository
-from storage.repositories import SessionRepository
+from storage.repositories.outbox import OutboxRepository
+from storage.repositories.sessions import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
 

@@ -15,7 +15,8 @@ from sessions.llm import LLMClient
 from sessions.memory import extract_facts, remember_facts, summarise_session
 from storage.database import Database
 from storage.models import SessionSummary as SessionSummaryRow
-from storage.repositories import SessionRepository, SummaryRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.summaries import SummaryRepository
 
 log = structlog.stdlib.get_logger(__name__)
 

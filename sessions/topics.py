@@ -12,7 +12,7 @@ from sessions.context import history_text
 from sessions.context_cache import HistoryCache
 from sessions.llm import LLMClient, LLMMessage, LLMRequest
 from storage.database import Database
-from storage.repositories import SessionRepository
+from storage.repositories.sessions import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
 

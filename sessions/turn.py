@@ -44,8 +44,8 @@ from sessions.routing import Arrival, RoutingPolicy, resolve_session
 from storage.database import Database
 from storage.models import InboundStatus
 from storage.models import OutboundMessage as OutboundRow
-from storage.queues import OutboxRepository
-from storage.repositories import SessionRepository
+from storage.repositories.outbox import OutboxRepository
+from storage.repositories.sessions import SessionRepository
 from storage.transcripts import SessionRef, TranscriptLine, TranscriptStore
 from storage.turn_store import (
     MessageToStore,

@@ -275,8 +275,8 @@ def seed_recall(url: str) -> None:
     from datetime import UTC, datetime  # noqa: PLC0415
 
     from storage.database import Database  # noqa: PLC0415
-    from storage.repositories import SessionRepository  # noqa: PLC0415
-    from storage.users import OrganizationRepository, UserRepository  # noqa: PLC0415
+    from storage.repositories.sessions import SessionRepository  # noqa: PLC0415
+    from storage.repositories.users import OrganizationRepository, UserRepository  # noqa: PLC0415
 
     async def seed() -> None:
         database = Database(url)

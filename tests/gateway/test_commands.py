@@ -31,9 +31,9 @@ from sessions.routing import RoutingPolicy
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.models import ExportLink, InboundEvent, Session, SessionChannel, SessionMessage
-from storage.repositories import SessionRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 from storage.transcripts import SessionRef, TranscriptLine, parse_transcript
-from storage.users import OrganizationRepository, UserRepository
 from tests.channels.test_teams_parse import APP_ID as TEAMS_APP_ID
 from tests.channels.test_teams_parse import CHANNEL as TEAMS_CHANNEL
 from tests.channels.test_teams_parse import TENANT as TEAMS_TENANT

@@ -20,7 +20,7 @@ from gateway.log import configure_logging
 from gateway.settings import GatewayConfig
 from storage.database import Database
 from storage.models import Organization, User, UserChannelIdentity
-from storage.users import UserRepository
+from storage.repositories.users import UserRepository
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -16,9 +16,9 @@ from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxFeed, OutboxSender, RetryPolicy
 from storage.database import Database
 from storage.models import OutboundMessage as OutboundRow
-from storage.queues import OutboxRepository
-from storage.repositories import SessionRepository
-from storage.users import OrganizationRepository, UserRepository
+from storage.repositories.outbox import OutboxRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 
 T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -10,9 +10,10 @@ from sessions.context import HistoryMessage
 from sessions.context_cache import BoundedLRU, HistoryCache
 from storage.database import Database
 from storage.models import SessionCompaction
-from storage.repositories import CompactionRepository, SessionRepository
+from storage.repositories.compactions import CompactionRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 from storage.turn_store import MessageToStore, store_turn_messages
-from storage.users import OrganizationRepository, UserRepository
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 

@@ -28,8 +28,9 @@ from storage.local_transcripts import LocalTranscriptStore
 from storage.models import SessionSummary
 from storage.recall_entries import SearchBound
 from storage.recall_index import RecallIndexRepository
-from storage.repositories import SessionRepository, SummaryRepository
-from storage.users import OrganizationRepository, UserRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.summaries import SummaryRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 PLAIN = RecallOptions(

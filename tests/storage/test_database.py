@@ -24,9 +24,10 @@ from storage.models import (
     SessionStatus,
     UserChannelIdentity,
 )
-from storage.queues import InboxRepository, OutboxRepository
-from storage.repositories import SessionRepository
-from storage.users import OrganizationRepository, UserRepository
+from storage.repositories.inbox import InboxRepository
+from storage.repositories.outbox import OutboxRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 

@@ -12,8 +12,10 @@ from storage.database import Database
 from storage.models import Session, SessionCompaction, SessionMessage, SessionSummary
 from storage.recall_entries import COMPACTION, SUMMARY, TURN, SearchBound
 from storage.recall_index import RecallIndexRepository
-from storage.repositories import CompactionRepository, SessionRepository, SummaryRepository
-from storage.users import OrganizationRepository, UserRepository
+from storage.repositories.compactions import CompactionRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.summaries import SummaryRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 

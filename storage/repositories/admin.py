@@ -1,7 +1,7 @@
 """The queries of administration, retention and the metrics gauges: listings across users.
 
-Kept apart from the per-user repositories of `storage.repositories` because nothing on a
-user's turn runs them; like those, they hold no rules, only how to read and delete.
+Kept apart from the per-user repositories beside it because nothing on a user's turn runs
+them; like those, it holds no rules, only how to read and delete.
 """
 
 from __future__ import annotations

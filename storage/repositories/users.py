@@ -1,8 +1,7 @@
 """Organizations, users and their channel identities.
 
 Who may talk to the assistant and under which platform ids (Slack `TEAM:USER`, AAD object id,
-email address, web id). An identity belongs to one user and is never moved silently. Like
-`storage.repositories`, these hold no rules.
+email address, web id). An identity belongs to one user and is never moved silently.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
 from storage.models import Organization, User, UserChannelIdentity, utcnow
-from storage.repositories import batches, dialect_insert
+from storage.repositories._sql import batches, dialect_insert
 
 
 def identity_conflict(channel_type: str, external_id: str, owner: str) -> str:

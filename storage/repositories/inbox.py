@@ -1,0 +1,158 @@
+"""The inbox: every accepted platform message waits in `inbound_events` until its turn
+finished it; this is how the gateway accepts, claims and finishes them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage.models import InboundEvent, InboundStatus
+from storage.repositories._sql import dialect_insert
+
+
+class InboxRepository:
+    """The durable inbox of accepted platform messages."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def accept(
+        self,
+        channel_type: str,
+        message_id: str,
+        *,
+        sender_key: str,
+        message: dict[str, Any],
+        raw_payload: dict[str, Any],
+        at: datetime,
+    ) -> int | None:
+        """Insert the message; its row id, or None when (channel, message id) was seen before."""
+        statement = (
+            dialect_insert(self.session, InboundEvent)
+            .values(
+                channel_type=channel_type,
+                message_id=message_id,
+                sender_key=sender_key,
+                status=InboundStatus.PENDING.value,
+                received_at=at,
+                message=message,
+                raw_payload=raw_payload,
+            )
+            .on_conflict_do_nothing(index_elements=["channel_type", "message_id"])
+            .returning(InboundEvent.id)
+        )
+        result = await self.session.execute(statement)
+        return result.scalar_one_or_none()
+
+    async def accept_many(self, events: Sequence[InboundEvent]) -> list[int | None]:
+        """Insert new (not yet added) events with one multi-row statement, in the given order.
+
+        For each event its row id, or None when its (channel, message id) was seen before: in
+        the table, or earlier in `events`.
+        """
+        table = InboundEvent.__table__
+        firsts: dict[tuple[str, str], InboundEvent] = {}
+        for event in events:
+            firsts.setdefault((event.channel_type, event.message_id), event)
+        rows = [
+            {
+                "channel_type": event.channel_type,
+                "message_id": event.message_id,
+                "sender_key": event.sender_key,
+                "status": InboundStatus.PENDING.value,
+                "received_at": event.received_at,
+                "message": event.message,
+                "raw_payload": event.raw_payload,
+            }
+            for event in firsts.values()
+        ]
+        statement = (
+            dialect_insert(self.session, table)
+            .on_conflict_do_nothing(index_elements=["channel_type", "message_id"])
+            .returning(table.c.id, table.c.channel_type, table.c.message_id)
+        )
+        # A list of rows is one INSERT … VALUES (…), (…) … RETURNING (SQLAlchemy's
+        # "insertmanyvalues"), compiled once whatever the number of rows.
+        result = await self.session.execute(statement, rows)
+        ids = {(channel, message_id): row_id for row_id, channel, message_id in result}
+        # pop: the first of several events with one key gets the id, the others None.
+        return [ids.pop((event.channel_type, event.message_id), None) for event in events]
+
+    async def get(self, event_id: int) -> InboundEvent | None:
+        """The inbound event, or None."""
+        return await self.session.get(InboundEvent, event_id)
+
+    async def pending_senders(self, *, limit: int = 500) -> list[str]:
+        """Senders with unfinished events, in the order of their oldest event."""
+        result = await self.session.execute(
+            select(InboundEvent.sender_key)
+            .where(InboundEvent.status == InboundStatus.PENDING.value)
+            .group_by(InboundEvent.sender_key)
+            .order_by(func.min(InboundEvent.id))
+            .limit(limit)
+        )
+        return list(result.scalars())
+
+    async def pending_ids_of_sender(self, sender_key: str) -> list[int]:
+        """Unfinished events of one sender, oldest first."""
+        result = await self.session.execute(
+            select(InboundEvent.id)
+            .where(
+                InboundEvent.sender_key == sender_key,
+                InboundEvent.status == InboundStatus.PENDING.value,
+            )
+            .order_by(InboundEvent.id)
+        )
+        return list(result.scalars())
+
+    async def next_pending(
+        self, sender_keys: Sequence[str], *, limit: int = 1
+    ) -> list[InboundEvent]:
+        """The oldest unfinished events sent from any of these identities (one user's queue)."""
+        result = await self.session.execute(
+            select(InboundEvent)
+            .where(
+                InboundEvent.sender_key.in_(sender_keys),
+                InboundEvent.status == InboundStatus.PENDING.value,
+            )
+            .order_by(InboundEvent.id)
+            .limit(limit)
+        )
+        return list(result.scalars())
+
+    async def mark_appended(
+        self, event_id: int, *, seq: int, session_id: str, user_id: str
+    ) -> bool:
+        """Remember that the event's message is in the session at `seq` (so a retry after a
+        crash does not append it again); False when the event is gone."""
+        result = await self.session.execute(
+            update(InboundEvent)
+            .where(InboundEvent.id == event_id)
+            .values(appended_seq=seq, session_id=session_id, user_id=user_id)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def finish(
+        self, event_id: int, status: InboundStatus, *, at: datetime, error: str | None = None
+    ) -> bool:
+        """Mark a pending event finished; False when it was not pending (someone else won)."""
+        result = await self.session.execute(
+            update(InboundEvent)
+            .where(InboundEvent.id == event_id, InboundEvent.status == InboundStatus.PENDING.value)
+            .values(status=status.value, processed_at=at, error=error)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def record_failure(self, event_id: int, error: str) -> int:
+        """Count a failed processing attempt; the number of attempts so far."""
+        result = await self.session.execute(
+            update(InboundEvent)
+            .where(InboundEvent.id == event_id)
+            .values(attempts=InboundEvent.attempts + 1, error=error)
+            .returning(InboundEvent.attempts)
+        )
+        return int(result.scalar_one())
