@@ -2,20 +2,26 @@
 
 The CLI (`gateway sessions …`, `gateway users …`) and the admin HTTP API (`/admin/v1/`) both
 call `Administration`; its answers are plain JSON data in the shapes of the external contract
-(`docs/ARCHITECTURE.md`). Deleting removes the transcript store's objects first, then the rows:
-if the store fails, nothing is gone yet and the deletion can simply be repeated.
+(`docs/ARCHITECTURE.md`). Deleting goes through the session lifecycle
+(`sessions.lifecycle.delete_session`): a logged transition to `deleted`, then the transcript
+store's objects, then the rows; if the store fails, nothing of that session is gone yet and the
+deletion can simply be repeated. Export zips are built in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import io
 import json
 import zipfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,7 +29,7 @@ from errors import GatewayError
 from gateway.inbox import sender_key
 from gateway.log import get_logger
 from sessions.export import export_session, session_record
-from sessions.lifecycle import archive_session
+from sessions.lifecycle import DeletionReason, archive_session, delete_session
 from storage.database import Database
 from storage.models import (
     Session,
@@ -39,6 +45,8 @@ from storage.repositories.users import UserRepository
 from storage.transcripts import SessionRef, TranscriptStore, session_prefix, transcript_keys
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
 
 CHANNEL_TYPES = ("slack", "teams", "email", "web")
 
@@ -110,32 +118,55 @@ class Administration:
                 raise NotFoundError(f"no session {session_id!r}")
             return session_record(session)
 
-    async def delete_session(self, session_id: str) -> Deletion:
-        """Delete one session: its transcript objects, then its rows (by cascade: messages,
-        channels, compactions, summaries, inbound and outbound payloads)."""
-        async with self.database.session() as db:
-            session = await _session(db, session_id)
-            ref = SessionRef(session.org_id, session.user_id, session.id)
-        objects = await self.transcripts.delete_session(ref)
-        async with self.database.session() as db:
-            await SessionRepository(db).delete(session_id)
+    async def delete_session(
+        self, session_id: str, *, reason: DeletionReason = "admin"
+    ) -> Deletion:
+        """Delete one session through the lifecycle (`sessions.lifecycle.delete_session`): the
+        logged transition to `deleted`, its transcript objects, then its rows. `reason` names
+        who asked (the retention job passes its own)."""
+        objects = await self._delete_session(session_id, reason)
+        if objects is None:
+            raise NotFoundError(f"no session {session_id!r}")
         log.info("admin.session_deleted", session_id=session_id, transcript_objects=objects)
         return Deletion(sessions=1, transcript_objects=objects, inbound_events=0)
 
+    async def _delete_session(self, session_id: str, reason: DeletionReason) -> int | None:
+        # One transaction per session, its row locked: a failure leaves whole sessions behind,
+        # and repeating the deletion finishes the work.
+        async with self.database.session() as db:
+            session = await SessionRepository(db).get(session_id, for_update=True)
+            if session is None:
+                return None
+            return await delete_session(
+                db, session, transcripts=self.transcripts, at=self.clock(), reason=reason
+            )
+
     async def delete_user(self, user_id: str) -> Deletion:
-        """Delete everything of one user: transcript objects, sessions and every row that
-        holds their words (also messages not yet attributed to them), and the user row with
-        its identities. Configured users come back, empty, at the next start."""
+        """Delete everything of one user: each session through the lifecycle (as
+        `delete_session`), what else the transcript store holds of them, every row that holds
+        their words (also messages not yet attributed to them), and the user row with its
+        identities. Configured users come back, empty, at the next start."""
         async with self.database.session() as db:
             user = await db.get(User, user_id)
             if user is None:
                 raise NotFoundError(f"no user {user_id!r}")
             org_id = user.org_id
             identities = await UserRepository(db).identities(user_id)
-            count = await AdminRepository(db).session_count(user_id)
-        objects = await self.transcripts.delete_user(org_id, user_id)
+            sessions = await SessionRepository(db).list_for_user(user_id, limit=1_000_000)
+        count = objects = 0
+        for session in sessions:
+            deleted = await self._delete_session(session.id, "admin")
+            if deleted is not None:
+                count, objects = count + 1, objects + deleted
+        objects += await self.transcripts.delete_user(org_id, user_id)
         keys = [sender_key(i.channel_type, i.external_id) for i in identities]
         async with self.database.session() as db:
+            # A session begun meanwhile goes the same way before the user row takes it along.
+            for session in await SessionRepository(db).list_for_user(user_id, limit=1_000_000):
+                objects += await delete_session(
+                    db, session, transcripts=self.transcripts, at=self.clock(), reason="admin"
+                )
+                count += 1
             inbound = await AdminRepository(db).delete_events_of_senders(keys)
             await UserRepository(db).delete(user_id)
         log.info("admin.user_deleted", user_id=user_id, sessions=count, transcript_objects=objects)
@@ -150,7 +181,8 @@ class Administration:
         on_progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, int]:
         """Write a zip of one session or of all of a user's sessions: `session.json`, the
-        transcript and every archive per session, and the user's memory facts."""
+        transcript and every archive per session, and the user's memory facts. Compressing
+        and writing happen in a worker thread, never on the event loop."""
         async with self.database.session() as db:
             if session_id is not None:
                 sessions = [await _session(db, session_id)]
@@ -164,8 +196,7 @@ class Administration:
                 raise ValueError("a session id or a user id is required")
             facts = await MemoryRepository(db).facts(owner, limit=100_000)
         files = 0
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        async with _zip_file(out) as archive:
             for index, session in enumerate(sessions, start=1):
                 files += await self._export_one(archive, session)
                 if on_progress is not None:
@@ -173,16 +204,16 @@ class Administration:
             facts_data = [
                 {"key": f.fact_key, "fact": f.fact, "category": f.category} for f in facts
             ]
-            archive.writestr("memory_facts.json", _json(facts_data))
+            await archive.write_json("memory_facts.json", facts_data)
             files += 1
         log.info("admin.exported", user_id=owner, sessions=len(sessions), path=str(out))
         return {"sessions": len(sessions), "files": files}
 
-    async def _export_one(self, archive: zipfile.ZipFile, session: Session) -> int:
+    async def _export_one(self, archive: _ZipWriter, session: Session) -> int:
         async with self.database.session() as db:
             data = await export_session(db, session)
         folder = f"sessions/{session.id}/"
-        archive.writestr(folder + "session.json", _json(data))
+        await archive.write_json(folder + "session.json", data)
         ref = SessionRef(session.org_id, session.user_id, session.id)
         stored = await self.transcripts.list_session(ref)
         prefix = session_prefix(ref)
@@ -190,15 +221,13 @@ class Administration:
         parts = set(transcript_keys(ref, stored))
         others = [key for key in stored if key not in parts]
         for key in others:
-            archive.writestr(folder + key.removeprefix(prefix), await self.transcripts.read(key))
+            await archive.write(folder + key.removeprefix(prefix), await self.transcripts.read(key))
         transcript = await self.transcripts.read_transcript(ref) if parts else b""
-        if not transcript:
+        if transcript:
+            await archive.write(folder + "transcript.jsonl", transcript)
+        else:
             # The store is a mirror; the database is the record. Rebuild the transcript.
-            lines = io.StringIO()
-            for message in data["messages"]:
-                lines.write(json.dumps(message, ensure_ascii=False) + "\n")
-            transcript = lines.getvalue().encode("utf-8")
-        archive.writestr(folder + "transcript.jsonl", transcript)
+            await archive.write_lines(folder + "transcript.jsonl", data["messages"])
         return 2 + len(others)
 
     # --- users ------------------------------------------------------------------------------
@@ -285,3 +314,60 @@ def _user_record(user: User, identities: list[dict[str, str]], sessions: int) ->
 
 def _json(data: object) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False, default=str)
+
+
+class _ZipWriter:
+    """A zip file built by one worker thread of its own, never on the event loop.
+
+    Every step (opening, compressing each entry, closing) runs in that one thread in turn: the
+    loop keeps serving meanwhile, and closing after a cancelled write waits for that write
+    instead of racing it from a second thread.
+    """
+
+    def __init__(self, archive: zipfile.ZipFile, thread: ThreadPoolExecutor) -> None:
+        self._archive = archive
+        self._thread = thread
+
+    async def write(self, name: str, data: bytes | str) -> None:
+        """Add one entry."""
+        await _in_thread(self._thread, self._archive.writestr, name, data)
+
+    async def write_json(self, name: str, data: object) -> None:
+        """Add one entry holding `data` as indented JSON (serialised in the thread too)."""
+        await _in_thread(self._thread, self._write_json, name, data)
+
+    async def write_lines(self, name: str, rows: Sequence[object]) -> None:
+        """Add one JSON-lines entry, one row a line."""
+        await _in_thread(self._thread, self._write_lines, name, rows)
+
+    def _write_json(self, name: str, data: object) -> None:
+        self._archive.writestr(name, _json(data))
+
+    def _write_lines(self, name: str, rows: Sequence[object]) -> None:
+        lines = io.StringIO()
+        for row in rows:
+            lines.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self._archive.writestr(name, lines.getvalue().encode("utf-8"))
+
+
+@asynccontextmanager
+async def _zip_file(out: Path) -> AsyncIterator[_ZipWriter]:
+    """A new zip file at `out` (its folder made), closed on the way out, as `ZipFile` is."""
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-zip")
+    try:
+        archive = await _in_thread(thread, _open_zip, out)
+        try:
+            yield _ZipWriter(archive, thread)
+        finally:
+            await _in_thread(thread, archive.close)
+    finally:
+        thread.shutdown(wait=False)
+
+
+def _open_zip(out: Path) -> zipfile.ZipFile:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED)
+
+
+async def _in_thread(thread: ThreadPoolExecutor, work: Callable[..., T], *args: object) -> T:
+    return await asyncio.get_running_loop().run_in_executor(thread, functools.partial(work, *args))

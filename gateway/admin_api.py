@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -124,10 +125,15 @@ class AdminAPI:
         return await self._zip(f"user-{user_id}.zip", user_id=user_id)
 
     async def _zip(self, name: str, **target: Any) -> Response:
-        with tempfile.TemporaryDirectory(prefix="gateway-export-") as folder:
-            path = Path(folder) / name
+        # Every file operation in a worker thread: the folder, the zip (`export_zip` builds it
+        # in one), reading it back, and removing it all.
+        folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="gateway-export-"))
+        try:
+            path = folder / name
             await self.admin.export_zip(path, **target)
             data = await asyncio.to_thread(path.read_bytes)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
         return Response(
             data,
             media_type="application/zip",

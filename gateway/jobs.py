@@ -66,6 +66,11 @@ class BackgroundJobs:
         self.holder = holder_id()
         self._stop = asyncio.Event()
 
+    def reconfigure(self, archive_after: timedelta, delete_after: timedelta | None) -> None:
+        """Apply reloaded archiving and retention periods from the next pass."""
+        self.archive_after = archive_after
+        self.delete_after = delete_after
+
     async def run(self) -> None:
         """Run the jobs every `interval` seconds until `stop()`, when this process leads."""
         while not self._stop.is_set():
@@ -113,7 +118,8 @@ class BackgroundJobs:
 
     async def enforce_retention(self, *, batch: int = 100) -> int:
         """Delete archived sessions inactive for longer than `delete_after` (rows, transcripts
-        and archives); how many were deleted. Each deletion is logged."""
+        and archives) through the lifecycle, as a transition logged with reason `retention`;
+        how many were deleted."""
         if self.delete_after is None or self.admin is None:
             return 0
         cutoff = self.clock() - self.delete_after
@@ -124,7 +130,7 @@ class BackgroundJobs:
             async with self.locks.hold(f"user:{user_id}") as held:
                 if not held or not await self._still_expired(session_id, cutoff):
                     continue
-                await self.admin.delete_session(session_id)
+                await self.admin.delete_session(session_id, reason="retention")
                 log.info("retention.session_deleted", session_id=session_id, user_id=user_id)
                 deleted += 1
         if deleted:

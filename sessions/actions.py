@@ -14,11 +14,11 @@ from typing import Any, Literal
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.export import export_session
-from sessions.lifecycle import transition
+from sessions.lifecycle import delete_session, transition
 from sessions.routing import Arrival, RoutingPolicy, find_session
 from storage.models import Session, SessionStatus
 from storage.repositories.sessions import SessionRepository
-from storage.transcripts import SessionRef, TranscriptStore
+from storage.transcripts import TranscriptStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +149,8 @@ async def forget_session(
     transcripts: TranscriptStore,
 ) -> Forgotten:
     """`/forget` asks for a confirmation; `/forget confirm` within `window` deletes the
-    current session: its transcript store objects first, then its rows."""
+    current session through the lifecycle (`delete_session`): the logged transition, its
+    transcript store objects, then its rows."""
     current = await _current_row(db, arrival, policy, now)
     if current is None:
         return Forgotten("no_session")
@@ -160,12 +161,9 @@ async def forget_session(
     if requested is None or now - requested > window:
         return Forgotten("nothing_to_confirm")
     view = SessionView.of(current)
-    transition(current, SessionStatus.DELETED, at=now, reason="/forget")
-    # The transcript store first: if it fails, the command fails (and is retried) before any
-    # row is gone, so the user is never told "deleted" while archives remain.
-    await transcripts.delete_session(SessionRef(current.org_id, current.user_id, current.id))
-    await db.flush()
-    await SessionRepository(db).delete(current.id)
+    # If the transcript store fails, the command fails (and is retried) before any row is
+    # gone, so the user is never told "deleted" while archives remain.
+    await delete_session(db, current, transcripts=transcripts, at=now, reason="user")
     return Forgotten("deleted", view)
 
 

@@ -6,11 +6,16 @@ active ─idle > archive_after─► archived ─referenced again─► active
 active|archived ─user asks─► exported ─► (back to active/archived, or deleted)
 active|archived ─user/admin/retention─► deleted
 ```
+
+Every deletion goes through `delete_session` (the user's `/forget`, an administrator's
+`sessions delete`/`users delete`, the retention job), so each is a logged transition naming
+who asked.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -18,8 +23,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from errors import SessionStateError
 from storage.models import Session, SessionStatus
 from storage.repositories.sessions import SessionRepository
+from storage.transcripts import SessionRef, TranscriptStore
 
 log = structlog.stdlib.get_logger(__name__)
+
+DeletionReason = Literal["user", "admin", "retention"]
+"""Who deleted a session: its user (`/forget`), an administrator, or the retention job."""
 
 ACTIVE, COMPACTING = SessionStatus.ACTIVE, SessionStatus.COMPACTING
 ARCHIVED, EXPORTED, DELETED = SessionStatus.ARCHIVED, SessionStatus.EXPORTED, SessionStatus.DELETED
@@ -80,3 +89,31 @@ async def archive_session(
         return None
     transition(session, ARCHIVED, at=at, reason=reason)
     return session
+
+
+async def delete_session(
+    db: AsyncSession,
+    session: Session,
+    *,
+    transcripts: TranscriptStore,
+    at: datetime,
+    reason: DeletionReason,
+) -> int:
+    """Delete a session the caller's transaction loaded, for good; how many transcript store
+    objects went.
+
+    The logged transition to `deleted` comes first (an illegal one, such as a session in the
+    middle of a compaction, raises before anything is removed), then the transcript store's
+    objects (segments, compactions, archives), then the rows (by cascade: messages, channels,
+    compactions, summaries, recall entries, inbound and outbound payloads).
+    """
+    transition(session, DELETED, at=at, reason=reason)
+    # The transcript store first: if it fails, the caller's transaction rolls back before any
+    # row is gone, so nobody is told "deleted" while archives remain, and it can be repeated.
+    objects = await transcripts.delete_session(
+        SessionRef(session.org_id, session.user_id, session.id)
+    )
+    # The status change goes to the database while the row is still there to take it.
+    await db.flush()
+    await SessionRepository(db).delete(session.id)
+    return objects

@@ -1,11 +1,13 @@
 """Admin operations on real data: export holds all of one user's words and nobody else's;
-deletion leaves nothing of them in any table or in the transcript store (PostgreSQL + S3)."""
+deletion leaves nothing of them in any table or in the transcript store (PostgreSQL + S3), and
+every deletion (admin, retention) is a logged lifecycle transition to `deleted`."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -14,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 import yaml
 from sqlalchemy import select, text
+from structlog.testing import capture_logs
 
+import sessions.lifecycle
 from gateway.admin import Administration, NotFoundError
 from gateway.cli import main
 from sessions.recall import RecallSearch
@@ -40,6 +45,24 @@ BOB_WORDS = "bob prefers blue anvils"
 def slack_api() -> Iterator[FakeSlackAPI]:
     with FakeSlackAPI() as api:
         yield api
+
+
+@pytest.fixture
+def transitions(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    """The lifecycle's `session.transitioned` lines logged during the test."""
+    with capture_logs() as entries:
+        # A fresh logger: the module's own may have been cached by an earlier logging set-up.
+        monkeypatch.setattr(sessions.lifecycle, "log", structlog.get_logger("sessions.lifecycle"))
+        yield entries
+
+
+def deletions(transitions: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(user, from status, reason) of each logged transition to `deleted`, in order."""
+    return [
+        (line["user_id"], line["from_status"], line["reason"])
+        for line in transitions
+        if line["event"] == "session.transitioned" and line["to_status"] == "deleted"
+    ]
 
 
 def admin_config(database_url: str, tmp_path: Path, **storage: Any) -> Any:
@@ -284,3 +307,79 @@ async def test_the_admin_api_is_off_without_a_token(tmp_path: Path) -> None:
     async with running_gateway(config) as gateway:
         answer = await gateway.client.get("/admin/v1/sessions", headers={"Authorization": "x"})
     assert answer.status_code == 404
+
+
+async def test_admin_deletions_of_a_session_and_of_a_user_are_logged_transitions_to_deleted(
+    database_url: str, tmp_path: Path, transitions: list[dict[str, Any]]
+) -> None:
+    config = gateway_config(database_url, tmp_path, admin={"token": "s3cret-admin-token"})
+    async with running_gateway(config) as gateway:
+        for user, words in (("alice", ALICE_WORDS), ("bob", BOB_WORDS)):
+            await gateway.post(user, words)
+            await gateway.wait_for_replies(user, 1, settle=0)
+        admin = Administration(gateway.runtime.database, gateway.runtime.transcripts, gateway.clock)
+        (alices,) = await admin.list_sessions(user_id="alice")
+        auth = {"Authorization": "Bearer s3cret-admin-token"}
+        answer = await gateway.client.delete(
+            f"/admin/v1/sessions/{alices['session_id']}", headers=auth
+        )
+        after_session = deletions(transitions)
+        deletion = await admin.delete_user("bob")
+        remaining = await admin.list_sessions()
+    assert answer.json() == {"sessions": 1, "transcript_objects": 1, "inbound_events": 0}
+    assert after_session == [("alice", "active", "admin")]
+    assert deletions(transitions) == [("alice", "active", "admin"), ("bob", "active", "admin")]
+    assert deletion.sessions == 1
+    assert remaining == []
+
+
+async def test_retention_deletes_through_the_lifecycle_naming_itself(
+    tmp_path: Path, transitions: list[dict[str, Any]]
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+    config = gateway_config(url, tmp_path, retention={"delete_after_days": 30})
+    async with running_gateway(config) as gateway:
+        await gateway.post("alice", ALICE_WORDS)
+        await gateway.wait_for_replies("alice", 1, settle=0)
+        gateway.clock.advance(timedelta(days=2))
+        assert await gateway.runtime.jobs.archive_idle_sessions() == 1
+        gateway.clock.advance(timedelta(days=31))
+        assert await gateway.runtime.jobs.enforce_retention() == 1
+    assert deletions(transitions) == [("alice", "archived", "retention")]
+
+
+async def test_the_export_zip_is_compressed_off_the_event_loop_and_round_trips(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+    async with running_gateway(admin_config(url, tmp_path)) as gateway:
+        await converse(gateway)
+        admin = Administration(gateway.runtime.database, gateway.runtime.transcripts, gateway.clock)
+        shown = await admin.show_session(
+            (await admin.list_sessions(user_id="alice"))[0]["session_id"]
+        )
+        writers: set[int] = set()
+        writestr = zipfile.ZipFile.writestr
+
+        def recorded(archive: zipfile.ZipFile, name: Any, data: Any, *args: Any, **kw: Any) -> None:
+            writers.add(threading.get_ident())
+            writestr(archive, name, data, *args, **kw)
+
+        monkeypatch.setattr(zipfile.ZipFile, "writestr", recorded)
+        summary = await admin.export_zip(tmp_path / "out" / "alice.zip", user_id="alice")
+    assert writers
+    assert threading.get_ident() not in writers
+    with zipfile.ZipFile(tmp_path / "out" / "alice.zip") as archive:
+        names = archive.namelist()
+        folder = f"sessions/{shown['session_id']}/"
+        session = json.loads(archive.read(folder + "session.json"))
+        transcript = parse_transcript(archive.read(folder + "transcript.jsonl"))
+        archive_names = [name for name in names if "/archive/" in name]
+        facts = json.loads(archive.read("memory_facts.json"))
+    assert summary == {"sessions": 1, "files": len(names)}
+    assert names[0] == folder + "session.json"
+    assert names[-2:] == [folder + "transcript.jsonl", "memory_facts.json"]
+    assert session["messages"] == json.loads(json.dumps(shown["messages"], default=str))
+    assert [line.content for line in transcript] == [m["content"] for m in shown["messages"]]
+    assert archive_names
+    assert isinstance(facts, list)
