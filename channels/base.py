@@ -1,8 +1,9 @@
-"""What every channel speaks: the normalised inbound message, the reply, the adapter protocol.
+"""What every channel speaks: the normalised inbound message and the reply.
 
-Adapters (`slack.py`, `teams.py`, `email.py`, `web.py`) turn a platform payload into a
-`ChannelMessage` with a pure `parse_*` function, hand it to the gateway's inbox, and later send
-`OutboundMessage`s back. Nothing here touches the database or the language model.
+Adapters (`channels/<type>/adapter.py`) turn a platform payload into a `ChannelMessage` with a
+pure `parse_*` function (`channels/<type>/parse.py`), hand it to the gateway's inbox, and later
+send `OutboundMessage`s back; `channels.plugin` draws how a channel plugs into the gateway.
+Nothing here touches the database or the language model.
 """
 
 from __future__ import annotations
@@ -24,10 +25,6 @@ class ChannelType(StrEnum):
     TEAMS = "teams"
     EMAIL = "email"
     WEB = "web"
-
-
-# Channels whose adapters deliver `OutboundMessage.file` (the others get a download link).
-FILE_CHANNELS = frozenset({ChannelType.SLACK, ChannelType.EMAIL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,20 +156,6 @@ class DeliveryReceipt:
     """The platform accepted a reply; `platform_message_id` is its id there, if it has one."""
 
     platform_message_id: str | None = None
-
-
-class ChannelAdapter(Protocol):
-    """A channel's outbound half: send one reply.
-
-    Raises `DeliveryError` when the platform refused or failed; `retry_after` and `permanent`
-    on the error tell the outbox whether and when to try again.
-    """
-
-    channel_type: ChannelType
-
-    async def send(self, message: OutboundMessage) -> DeliveryReceipt:
-        """Deliver one reply, or raise `DeliveryError`."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from errors import StorageError
@@ -83,17 +83,13 @@ class RequestMetricsMiddleware:
 
 def create_app(runtime: GatewayRuntime) -> Starlette:
     """The gateway's ASGI app, bound to an already started runtime."""
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    if runtime.web is not None:
-        routes.extend(runtime.web.routes())
-    if runtime.slack is not None and runtime.config.channels.slack.mode == "http":
-        routes.extend(runtime.slack.routes())
-    if runtime.teams is not None:
-        routes.extend(runtime.teams.routes())
+    for adapter in runtime.adapters.values():
+        routes.extend(adapter.routes())
     admin_token = runtime.config.admin.token.get_secret_value()
     if admin_token:
         routes.extend(AdminAPI(runtime.admin, admin_token).routes())

@@ -240,10 +240,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def _teams_package(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    from channels.teams.package import build_app_package  # noqa: PLC0415  (only for this command)
+    from channels.teams.config import TeamsChannelConfig  # noqa: PLC0415  (only for this command)
+    from channels.teams.package import build_app_package  # noqa: PLC0415
 
-    path = build_app_package(
-        config.channels.teams.app_id, args.name, args.out, version=args.version
-    )
+    teams = config.channels.section("teams")
+    if not isinstance(teams, TeamsChannelConfig):
+        raise TypeError("channels.teams is not the Teams section")
+    path = build_app_package(teams.app_id, args.name, args.out, version=args.version)
     print(f"Teams app package written to {path}")
     return EXIT_OK

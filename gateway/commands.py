@@ -20,7 +20,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from channels.base import FILE_CHANNELS, ChannelMessage, ChannelType, FileToSend
+from channels.base import ChannelMessage, ChannelType, FileToSend
+from channels.registry import channel_plugin
 from gateway.identity import ResolvedUser
 from gateway.log import get_logger
 from sessions.actions import (
@@ -328,7 +329,7 @@ async def _export(command: Command, context: CommandContext) -> CommandOutcome:
     link = f"{context.public_url.rstrip('/')}/web/v1/exports/{token}"
     log.info("export.link_created", session_id=target.id, user_id=context.user.user_id)
     summary = f"Your export of session {short_id(target.id)} ({target.message_count} messages)"
-    if context.message.channel_type not in FILE_CHANNELS:
+    if not channel_plugin(context.message.channel_type).delivers_files:
         return CommandOutcome(f"{summary} is ready for 24 hours: {link}", target.id)
     data = await session_export(context.db, target.id)
     if data is None:

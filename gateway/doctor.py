@@ -1,18 +1,21 @@
 """`gateway doctor --config F`: check what the gateway depends on and print a pass/fail table.
 
 Checks, each with a time limit: the database (reachable, migrations applied), the transcript
-store (writable), the outbound SMTP server (when email is on), Slack's `auth.test` (when Slack
-is on), the Teams token endpoint (when Teams is on) and the Anthropic API (when a provider
+store (writable), each enabled channel's own checks (its plugin's `doctor`: the outbound SMTP
+server, Slack's `auth.test`, the Teams token endpoint) and the Anthropic API (when a provider
 other than the offline one is configured). Exit code 0 when every check passed, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from channels.plugin import CheckSkippedError
+from channels.registry import channel_plugins
 from gateway.runtime import open_transcript_store
 from gateway.settings import GatewayConfig
 from storage.database import Database
@@ -39,8 +42,8 @@ class CheckResult:
         }
 
 
-class SkippedError(Exception):
-    """A check that does not apply to this configuration."""
+# A check that does not apply to this configuration (channels raise it from their checks).
+SkippedError = CheckSkippedError
 
 
 async def run_checks(config: GatewayConfig) -> list[CheckResult]:
@@ -48,9 +51,7 @@ async def run_checks(config: GatewayConfig) -> list[CheckResult]:
     checks: list[tuple[str, Callable[[], Awaitable[str]]]] = [
         ("database", lambda: check_database(config)),
         ("transcript store", lambda: check_transcripts(config)),
-        ("smtp (outbound)", lambda: check_smtp(config)),
-        ("slack auth.test", lambda: check_slack(config)),
-        ("teams token", lambda: check_teams(config)),
+        *channel_checks(config),
         ("anthropic api", lambda: check_anthropic(config)),
     ]
     results = []
@@ -88,66 +89,29 @@ async def check_database(config: GatewayConfig) -> str:
 
 async def check_transcripts(config: GatewayConfig) -> str:
     """The store answers and accepts a write (`TranscriptStore.check`)."""
-    store = open_transcript_store(config.storage.transcripts)
+    store = await asyncio.to_thread(open_transcript_store, config.storage.transcripts)
     await store.check()
     settings = config.storage.transcripts
     return f"s3://{settings.s3.bucket}" if settings.backend == "s3" else str(settings.local_path)
 
 
-async def check_smtp(config: GatewayConfig) -> str:
-    """The outbound SMTP server greets us (and accepts the login, when one is configured)."""
-    email = config.channels.email
-    if not email.enabled:
-        raise SkippedError("the email channel is off")
-    import aiosmtplib  # noqa: PLC0415
-
-    outbound = email.outbound
-    client = aiosmtplib.SMTP(
-        hostname=outbound.host, port=outbound.port, start_tls=outbound.starttls or None
-    )
-    async with client:
-        if outbound.username:
-            await client.login(outbound.username, outbound.password.get_secret_value())
-        return f"{outbound.host}:{outbound.port} {(client.esmtp_extensions and 'ESMTP') or 'SMTP'}"
+def channel_checks(config: GatewayConfig) -> list[tuple[str, Callable[[], Awaitable[str]]]]:
+    """Each channel's own checks (its plugin's `doctor`), skipped when the channel is off."""
+    checks: list[tuple[str, Callable[[], Awaitable[str]]]] = []
+    for plugin in channel_plugins():
+        section = config.channels.section(plugin.name)
+        for check in plugin.doctor:
+            if plugin.enabled(section):
+                checks.append((check.name, functools.partial(check.run, section)))
+            else:
+                checks.append(
+                    (check.name, functools.partial(_skip, f"the {plugin.title} channel is off"))
+                )
+    return checks
 
 
-async def check_slack(config: GatewayConfig) -> str:
-    """Slack accepts the bot token."""
-    slack = config.channels.slack
-    if not slack.enabled:
-        raise SkippedError("the Slack channel is off")
-    from slack_sdk.web.async_client import AsyncWebClient  # noqa: PLC0415
-
-    client = AsyncWebClient(token=slack.bot_token.get_secret_value(), base_url=slack.api_base_url)
-    answer = await client.auth_test()
-    return f"team {answer.get('team_id')} as {answer.get('user')} ({answer.get('user_id')})"
-
-
-async def check_teams(config: GatewayConfig) -> str:
-    """The token endpoint issues the bot a token for the Bot Connector."""
-    teams = config.channels.teams
-    if not teams.enabled:
-        raise SkippedError("the Teams channel is off")
-    if teams.insecure_dev_mode and not teams.app_id:
-        raise SkippedError("insecure_dev_mode without an app id")
-    import httpx  # noqa: PLC0415
-
-    url = teams.oauth_token_url or (
-        "https://login.microsoftonline.com/botframework.com/oauth2/v2.0/token"
-    )
-    async with httpx.AsyncClient(timeout=CHECK_TIMEOUT_SECONDS) as client:
-        answer = await client.post(
-            url,
-            data={
-                "grant_type": "client_credentials",
-                "client_id": teams.app_id,
-                "client_secret": teams.app_password.get_secret_value(),
-                "scope": "https://api.botframework.com/.default",
-            },
-        )
-    if answer.status_code != 200 or "access_token" not in answer.json():
-        raise RuntimeError(f"{url} answered {answer.status_code}: {answer.text[:200]}")
-    return f"token issued by {url}"
+async def _skip(reason: str) -> str:
+    raise SkippedError(reason)
 
 
 async def check_anthropic(config: GatewayConfig) -> str:

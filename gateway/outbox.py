@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from channels.base import ChannelAdapter, ChannelType, FileToSend, OutboundMessage
+from channels.base import ChannelType, FileToSend, OutboundMessage
+from channels.plugin import ChannelAdapter
 from errors import DeliveryError, GatewayError
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics

@@ -1,52 +1,51 @@
-"""Reloading the config on SIGHUP: identity and policy changes apply without a restart.
+"""Reloading the config on SIGHUP: every key either takes effect or is reported as needing a
+restart.
 
 The new file is read and validated first; an invalid one is rejected with its problems logged
-and the running config stays. A valid one is applied to what can change in a running gateway:
-users, organizations and identities (synced to the database; identities taken out of the
-file are unlinked; caches dropped), routing and session policy,
-the system prompt and answer length, retention, web tokens, the Slack workspace and Teams
-tenant allow-lists and text limits. Changes that need a restart (server address, storage,
-model provider and credentials, channels switched on or off, channel secrets) are logged as
-such and otherwise left as they were.
+and the running config stays. A valid one becomes the *effective* config: the new file with the
+keys that only a restart applies (`gateway.runtime_settings.RESTART_ONLY`, each channel's
+`restart_only` and `enabled`) kept at their running values, so the running config always says
+what the process actually does, and a restart-only change is reported again at every reload
+until the process restarts. From the effective config one function builds the settings bundle
+(`runtime_settings`); each service whose part of the bundle changed gets its new part:
+
+- users, organizations and identities are synced to the database (identities taken out of the
+  file are unlinked; cached lookups dropped);
+- the engine: prompt, answer length, history budget, compaction, topics, summaries, recall;
+- the turn: routing (scope, archive_after), the budget `/status` shows, the public URL;
+- the jobs: archiving and retention;
+- each enabled channel: its adapter's `reconfigure` with the channel's reloadable keys.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from datetime import timedelta
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel
+
+from channels.registry import channel_plugins
 from errors import ConfigError, GatewayError
 from gateway.config import load_config
 from gateway.identity import configured_identities, sync_identities
 from gateway.log import get_logger
-from gateway.runtime import GatewayRuntime
+from gateway.runtime import GatewayRuntime, reference_finder
+from gateway.runtime_settings import RESTART_ONLY, RuntimeSettings, runtime_settings
 from gateway.settings import GatewayConfig
-from sessions.routing import RoutingPolicy
 from storage.repositories.users import UserRepository
 
 log = get_logger(__name__)
 
-# Sections (or keys) whose changes only a restart applies.
-RESTART_KEYS = (
-    ("server",),
-    ("storage",),
-    ("llm", "provider"),
-    ("llm", "model"),
-    ("llm", "api_key"),
-    ("llm", "base_url"),
-    ("channels", "slack", "enabled"),
-    ("channels", "slack", "mode"),
-    ("channels", "slack", "bot_token"),
-    ("channels", "slack", "signing_secret"),
-    ("channels", "teams", "enabled"),
-    ("channels", "teams", "app_id"),
-    ("channels", "teams", "app_password"),
-    ("channels", "email", "enabled"),
-    ("channels", "web", "enabled"),
-    ("admin",),
-)
+
+def restart_only_keys() -> tuple[str, ...]:
+    """Every config key (dotted; a section stands for all its keys) only a restart applies."""
+    keys = list(RESTART_ONLY)
+    for plugin in channel_plugins():
+        keys.append(f"channels.{plugin.name}.enabled")
+        keys.extend(f"channels.{plugin.name}.{name}" for name in sorted(plugin.restart_only))
+    return tuple(keys)
 
 
 async def reload_config(runtime: GatewayRuntime, path: Path | None) -> bool:
@@ -67,67 +66,92 @@ async def reload_config(runtime: GatewayRuntime, path: Path | None) -> bool:
 async def apply_config(runtime: GatewayRuntime, new: GatewayConfig) -> None:
     """Apply what can change while running; log what needs a restart."""
     old = runtime.config
-    needs_restart = [".".join(key) for key in RESTART_KEYS if _get(old, key) != _get(new, key)]
-    await sync_identities(runtime.database, new)
-    removed = set(configured_identities(old)) - set(configured_identities(new))
+    keys = restart_only_keys()
+    needs_restart = [key for key in keys if _get(old, key) != _get(new, key)]
+    effective = keep_running_values(old, new, keys)
+    await sync_identities(runtime.database, effective)
+    removed = set(configured_identities(old)) - set(configured_identities(effective))
     async with runtime.database.session() as db:
         users = UserRepository(db)
         for user_id, channel_type, external_id in sorted(removed):
             await users.unlink_identity(user_id, channel_type, external_id)
     resolver = runtime.dispatcher.identities
-    resolver.config = new
+    resolver.config = effective
     resolver.forget_cached()
-    processor = runtime.dispatcher.processor
-    processor.settings = dataclasses.replace(
-        processor.settings,
-        routing=RoutingPolicy(new.sessions.scope, new.sessions.archive_after),
-        history_budget_tokens=new.sessions.history_budget_tokens,
-        public_url=new.server.public_url or "",
-    )
-    processor.service.routing = processor.settings.routing
-    engine = runtime.engine
-    engine.organizations.clear()  # `sync_identities` wrote the organizations again
-    engine.settings = dataclasses.replace(
-        engine.settings,
-        system_prompt=new.llm.system_prompt,
-        max_tokens=new.llm.max_tokens,
-        suggest_new_after=new.sessions.suggest_new_after,
-    )
-    jobs = runtime.jobs
-    jobs.archive_after = new.sessions.archive_after
-    days = new.retention.delete_after_days
-    jobs.delete_after = timedelta(days=days) if days else None
-    if runtime.web is not None:
-        web = new.channels.web
-        runtime.web.settings = dataclasses.replace(
-            runtime.web.settings,
-            dev_open=web.dev_open,
-            tokens={t.token.get_secret_value(): t.user for t in web.tokens},
-            max_text_chars=web.max_text_chars,
-        )
-    if runtime.slack is not None:
-        slack = new.channels.slack
-        runtime.slack.settings = dataclasses.replace(
-            runtime.slack.settings,
-            allowed_team_ids=frozenset(slack.allowed_team_ids),
-            max_text_chars=slack.max_text_chars,
-        )
-    if runtime.teams is not None:
-        runtime.teams.settings = dataclasses.replace(
-            runtime.teams.settings, tenant_ids=tuple(new.channels.teams.tenant_ids)
-        )
-    runtime.config = new
+    runtime.engine.organizations.clear()  # `sync_identities` wrote the organizations again
+    applied = swap_settings(runtime, runtime_settings(effective))
+    runtime.config = effective
     log.info(
         "config.reloaded",
-        users=len(new.identity.users),
-        organizations=len(new.organizations),
+        users=len(effective.identity.users),
+        organizations=len(effective.organizations),
         identities_removed=len(removed),
+        applied=applied,
         needs_restart=needs_restart,
     )
 
 
-def _get(config: GatewayConfig, key: tuple[str, ...]) -> object:
-    value: object = config
-    for name in key:
+def swap_settings(runtime: GatewayRuntime, new: RuntimeSettings) -> list[str]:
+    """Hand each service the part of `new` that differs from what it runs with; the names of
+    the parts that changed."""
+    old = runtime.settings
+    applied: list[str] = []
+    if (new.engine, new.recall) != (old.engine, old.recall):
+        runtime.engine.reconfigure(new.engine, new.recall)
+        applied.append("engine")
+    if new.resume_by_reference != old.resume_by_reference:
+        runtime.service.find_referenced = (
+            reference_finder(runtime.database) if new.resume_by_reference else None
+        )
+        applied.append("resume_by_reference")
+    if new.turn != old.turn:
+        runtime.dispatcher.processor.reconfigure(new.turn)
+        applied.append("turn")
+    if new.jobs != old.jobs:
+        runtime.jobs.reconfigure(new.jobs.archive_after, new.jobs.delete_after)
+        applied.append("jobs")
+    for channel_type, adapter in runtime.adapters.items():
+        settings = new.channels[channel_type]
+        if settings != old.channels[channel_type]:
+            adapter.reconfigure(settings)
+            applied.append(f"channels.{channel_type.value}")
+    runtime.settings = new
+    return applied
+
+
+def keep_running_values(
+    running: GatewayConfig, new: GatewayConfig, keys: tuple[str, ...]
+) -> GatewayConfig:
+    """`new` with the value of every key in `keys` taken from `running`."""
+    effective: BaseModel = new
+    for key in keys:
+        effective = _replace(effective, key.split("."), _get(running, key))
+    if not isinstance(effective, GatewayConfig):
+        raise TypeError("a config replaced by parts is still a GatewayConfig")
+    return effective
+
+
+def _get(config: BaseModel, key: str) -> Any:
+    value: Any = config
+    for name in key.split("."):
         value = getattr(value, name)
     return value
+
+
+def _replace(model: BaseModel, path: list[str], value: object) -> BaseModel:
+    name, *rest = path
+    if rest:
+        value = _replace(getattr(model, name), rest, value)
+    if getattr(model, name) is value:
+        return model
+    return model.model_copy(update={name: value})
+
+
+def schema_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """The dotted path of every leaf key of a config model (lists of models are leaves)."""
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from schema_keys(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}"

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime
+from typing import Any, Literal
 
-from channels.base import ChannelAdapter, ChannelType
-from channels.web.adapter import WebChannel, WebSettings
+from channels.base import ChannelType
+from channels.plugin import ChannelAdapter, ChannelServices
+from channels.registry import channel_plugin
 from gateway.admin import Administration
-from gateway.channel_factories import listen_for_email, open_email, open_slack, open_teams
 from gateway.dispatcher import Dispatcher
 from gateway.exports import SessionExports
 from gateway.identity import IdentityResolver, sync_identities
@@ -23,17 +23,18 @@ from gateway.inbox import Inbox
 from gateway.jobs import BackgroundJobs
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
-from gateway.outbox import OutboxFeed, OutboxSender
+from gateway.outbox import OutboxFeed, OutboxSender, SentReplies
+from gateway.runtime_settings import RuntimeSettings, runtime_settings
 from gateway.settings import GatewayConfig, TranscriptsConfig
-from gateway.turns import TurnProcessor, TurnSettings
+from gateway.turns import TurnProcessor
 from gateway.work_slots import WORK_SLOTS, WaitingLLM, WorkSlots
 from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
-from sessions.compaction import CompactionPolicy, Compactor
-from sessions.engine import EngineSettings, RecallSettings, SessionEngine
+from sessions.compaction import Compactor
+from sessions.engine import SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from sessions.recall import RecallSearch
 from sessions.recall_reference import session_referenced
-from sessions.routing import RoutingPolicy
+from sessions.routing import SessionThreads
 from sessions.turn import TurnService
 from storage.database import Database
 from storage.inbox_signal import InboxListener, InboxNotifier
@@ -43,11 +44,6 @@ from storage.models import utcnow
 from storage.repositories.admin import AdminRepository
 from storage.repositories.outbox import OutboxRepository
 from storage.transcripts import TranscriptStore
-
-if TYPE_CHECKING:
-    from channels.email.adapter import EmailChannel
-    from channels.slack.adapter import SlackChannel
-    from channels.teams.adapter import TeamsChannel
 
 log = get_logger(__name__)
 
@@ -108,47 +104,29 @@ def open_engine(
     clock: Callable[[], datetime],
     *,
     on_archive_failed: Callable[[], None] | None = None,
+    settings: RuntimeSettings | None = None,
 ) -> SessionEngine:
-    """The session engine with the config's budget, compaction and summary settings."""
-    sessions = config.sessions
-    policy = CompactionPolicy(
-        budget_tokens=sessions.history_budget_tokens,
-        trigger_ratio=sessions.compaction.trigger_ratio,
-        max_messages=sessions.compaction.max_messages,
-        keep_last_messages=sessions.compaction.keep_last_messages,
-        summary_max_tokens=sessions.compaction.summary_max_tokens,
-    )
+    """The session engine with the config's budget, compaction, summary and recall settings."""
+    settings = settings or runtime_settings(config)
     return SessionEngine(
         database,
         Compactor(
             database,
             transcripts,
             llm,
-            policy,
+            settings.engine.compaction,
             clock=clock,
             on_archive_failed=on_archive_failed,
         ),
         llm,
-        EngineSettings(
-            system_prompt=config.llm.system_prompt,
-            max_tokens=config.llm.max_tokens,
-            compaction=policy,
-            topic_every_messages=sessions.topic_every_messages,
-            suggest_new_after=sessions.suggest_new_after,
-            summary_min_user_messages=sessions.summary_min_user_messages,
-        ),
+        settings.engine,
         clock=clock,
-        recall=RecallSettings(
-            auto_hits=config.recall.auto_hits,
-            auto_context_tokens=config.recall.auto_context_tokens,
-            tool=config.recall.tool,
-        )
-        if config.recall.enabled
-        else None,
+        recall=settings.recall,
     )
 
 
-def _reference_finder(database: Database) -> Callable[[str, str], Awaitable[str | None]]:
+def reference_finder(database: Database) -> Callable[[str, str], Awaitable[str | None]]:
+    """Finds the archived session a message refers to (`recall.resume_by_reference`)."""
     search = RecallSearch(database)
 
     async def find(user_id: str, text: str) -> str | None:
@@ -157,26 +135,33 @@ def _reference_finder(database: Database) -> Callable[[str, str], Awaitable[str 
     return find
 
 
+def _count_rejections(metrics: GatewayMetrics, channel: str) -> Callable[[int, str], None]:
+    def count(status: int, _reason: str) -> None:
+        metrics.messages_rejected.labels(channel, str(status)).inc()
+
+    return count
+
+
 @dataclass
 class GatewayRuntime:
     """Everything request handlers and background loops need, wired from the config."""
 
     config: GatewayConfig
+    settings: RuntimeSettings
     database: Database
     transcripts: TranscriptStore
     metrics: GatewayMetrics
     clock: Callable[[], datetime]
     inbox: Inbox
     engine: SessionEngine
+    service: TurnService
     dispatcher: Dispatcher
     outbox: OutboxSender
     jobs: BackgroundJobs
     locks: TurnLocks
     admin: Administration
-    web: WebChannel | None
-    slack: SlackChannel | None = None
-    teams: TeamsChannel | None = None
-    email: EmailChannel | None = None
+    # The enabled channels' adapters, by channel type (the outbox sends through the same map).
+    adapters: dict[ChannelType, ChannelAdapter]
     # all: accept and run turns; accept: only accept (turn workers run them); turns: a turn
     # worker (no HTTP, no email listener, no migrations).
     role: Role = "all"
@@ -206,7 +191,7 @@ class GatewayRuntime:
             if config.storage.auto_migrate and role != "turns":
                 await database.upgrade()
                 log.info("storage.migrated", revision=await database.current_revision())
-            transcripts = open_transcript_store(config.storage.transcripts)
+            transcripts = await asyncio.to_thread(open_transcript_store, config.storage.transcripts)
             await transcripts.check()
             if role != "turns":
                 await sync_identities(database, config)
@@ -215,10 +200,9 @@ class GatewayRuntime:
             raise
         runtime = cls._wire(config, database, transcripts, clock, role)
         try:
-            if runtime.slack is not None and role != "turns":
-                await runtime.slack.start()
-            if runtime.email is not None and role != "turns":
-                await listen_for_email(runtime.email, config)
+            if role != "turns":
+                for adapter in runtime.adapters.values():
+                    await adapter.start()
         except BaseException:
             await runtime.close()
             raise
@@ -227,7 +211,7 @@ class GatewayRuntime:
             database=database.display_url,
             transcripts=config.storage.transcripts.backend,
             llm_provider=config.llm.provider,
-            channels=sorted(runtime.outbox.adapters),
+            channels=sorted(runtime.adapters),
         )
         return runtime
 
@@ -240,6 +224,7 @@ class GatewayRuntime:
         clock: Callable[[], datetime],
         role: Role = "all",
     ) -> GatewayRuntime:
+        settings = runtime_settings(config)
         metrics = GatewayMetrics()
         metrics.info.info(
             {
@@ -259,18 +244,16 @@ class GatewayRuntime:
             WaitingLLM(open_llm(config), work_slots),
             clock,
             on_archive_failed=metrics.archive_failures.inc,
+            settings=settings,
         )
-        routing = RoutingPolicy(config.sessions.scope, config.sessions.archive_after)
         service = TurnService(
             database,
             engine,
             transcripts,
-            routing,
+            settings.turn.routing,
             clock=clock,
             reply_lease=outbox.policy.lease,
-            find_referenced=_reference_finder(database)
-            if config.recall.resume_by_reference
-            else None,
+            find_referenced=reference_finder(database) if settings.resume_by_reference else None,
             waiting=work_slots.waiting,
         )
         processor = TurnProcessor(
@@ -278,20 +261,14 @@ class GatewayRuntime:
             service,
             transcripts,
             metrics,
-            TurnSettings(
-                routing=routing,
-                history_budget_tokens=config.sessions.history_budget_tokens,
-                pull_channels=frozenset({ChannelType.WEB.value}),
-                public_url=config.server.public_url or "",
-            ),
+            settings.turn,
             clock=clock,
             send_reply=outbox.send_now,
             reply_lease=outbox.policy.lease,
             work_slots=work_slots,
         )
-        # The dispatcher is built below (it needs the Slack channel's email lookup); the
-        # inbox reaches it when the first message arrives.
-        # Accepting only, the turn workers hear of new messages by notification.
+        # Accepting only, the turn workers hear of new messages by notification; otherwise
+        # the inbox wakes this process's dispatcher (built below, once the adapters exist).
         notifier = InboxNotifier(database.url) if role == "accept" else None
         inbox = Inbox(
             database,
@@ -301,16 +278,25 @@ class GatewayRuntime:
             if notifier is not None
             else lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
         )
-        slack = open_slack(config, inbox, database, metrics)
-        if slack is not None:
-            adapters[ChannelType.SLACK] = slack
-        email = open_email(config, inbox, database, metrics, clock)
-        if email is not None:
-            adapters[ChannelType.EMAIL] = email
-        teams = open_teams(config, inbox, metrics, clock)
-        if teams is not None:
-            adapters[ChannelType.TEAMS] = teams
-        email_lookups = {ChannelType.SLACK.value: slack.email_of} if slack is not None else {}
+        feed = OutboxFeed(database)
+        exports = SessionExports(database, clock)
+        for channel_type, channel_settings in settings.channels.items():
+            plugin = channel_plugin(channel_type)
+            services = ChannelServices(
+                inbox=inbox,
+                clock=clock,
+                on_rejected=_count_rejections(metrics, plugin.name),
+                threads=SessionThreads(database, plugin.name),
+                sent=SentReplies(database, channel_type),
+                feed=feed,
+                exports=exports,
+            )
+            adapters[channel_type] = plugin.open(channel_settings, services)
+        email_lookups = {
+            channel_type.value: lookup(adapter)
+            for channel_type, adapter in adapters.items()
+            if (lookup := channel_plugin(channel_type).email_lookup) is not None
+        }
         dispatcher = Dispatcher(
             database,
             IdentityResolver(database, config, email_lookups=email_lookups),
@@ -318,52 +304,32 @@ class GatewayRuntime:
             processor,
             max_concurrent_turns=config.sessions.max_concurrent_turns,
         )
-        web = None
-        if config.channels.web.enabled:
-            web_config = config.channels.web
-            web = WebChannel(
-                WebSettings(
-                    dev_open=web_config.dev_open,
-                    tokens={t.token.get_secret_value(): t.user for t in web_config.tokens},
-                    max_text_chars=web_config.max_text_chars,
-                ),
-                inbox,
-                OutboxFeed(database),
-                SessionExports(database, clock),
-                clock=clock,
-                on_rejected=lambda status, _reason: metrics.messages_rejected.labels(
-                    "web", str(status)
-                ).inc(),
-            )
-            adapters[ChannelType.WEB] = web
         admin = Administration(database, transcripts, clock)
-        retention_days = config.retention.delete_after_days
         jobs = BackgroundJobs(
             database,
             locks,
             engine,
-            archive_after=config.sessions.archive_after,
+            archive_after=settings.jobs.archive_after,
             clock=clock,
             admin=admin,
-            delete_after=timedelta(days=retention_days) if retention_days else None,
+            delete_after=settings.jobs.delete_after,
         )
         return cls(
             config=config,
+            settings=settings,
             database=database,
             transcripts=transcripts,
             metrics=metrics,
             clock=clock,
             inbox=inbox,
             engine=engine,
+            service=service,
             dispatcher=dispatcher,
             outbox=outbox,
             jobs=jobs,
             locks=locks,
-            web=web,
-            slack=slack,
-            teams=teams,
-            email=email,
             admin=admin,
+            adapters=adapters,
             role=role,
             notifier=notifier,
         )
@@ -395,12 +361,8 @@ class GatewayRuntime:
 
     async def close(self) -> None:
         """Stop the loops (turns in flight finish; unfinished work stays in the database)."""
-        if self.slack is not None:
-            await self.slack.close()
-        if self.teams is not None:
-            await self.teams.close()
-        if self.email is not None:
-            await self.email.stop()
+        for adapter in self.adapters.values():
+            await adapter.stop()
         await self.dispatcher.stop()
         self.outbox.stop()
         self.jobs.stop()

@@ -5,9 +5,9 @@ that ``make run`` uses. Unknown keys are rejected and the cross-field rules "fai
 enabled channel without the secret that authenticates its traffic refuses to load, with an
 error located at the missing key (``channels.slack.signing_secret``), not at its section.
 
-The value types live in `gateway.config_types` and the channel sections in
-`gateway.channel_settings`; this module assembles the whole schema (and re-exports the
-section models, its public face).
+The value types live in `primitives.config_types`; each channel's section lives in its
+subpackage (`channels/<type>/config.py`) and `ChannelsConfig` is assembled from the channel
+registry, so a new channel brings its section with it.
 
 Loading a file, substituting ``${VAR}`` references and turning validation errors into
 ``FILE:LINE: key.path: message`` lines is the job of `gateway.config`; this module knows
@@ -26,29 +26,23 @@ Two conventions keep errors located at the key that is wrong:
 
 from __future__ import annotations
 
-import ipaddress
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
     Field,
     SecretStr,
     ValidationInfo,
+    create_model,
     field_validator,
 )
 
-from gateway.channel_settings import (
-    EmailAuthConfig,
-    EmailChannelConfig,
-    EmailOutboundConfig,
-    SlackChannelConfig,
-    TeamsChannelConfig,
-    WebChannelConfig,
-    WebToken,
-)
-from gateway.config_types import (
+from channels.registry import channel_plugins
+from primitives.config_types import (
     Duration,
     EmailAddress,
     Identifier,
@@ -69,9 +63,6 @@ __all__ = [
     "ChannelsConfig",
     "CompactionConfig",
     "Duration",
-    "EmailAuthConfig",
-    "EmailChannelConfig",
-    "EmailOutboundConfig",
     "GatewayConfig",
     "IdentityConfig",
     "LLMConfig",
@@ -82,14 +73,10 @@ __all__ = [
     "S3Config",
     "ServerConfig",
     "SessionsConfig",
-    "SlackChannelConfig",
     "StorageConfig",
     "StrictModel",
-    "TeamsChannelConfig",
     "TranscriptsConfig",
     "UserConfig",
-    "WebChannelConfig",
-    "WebToken",
     "parse_duration",
 ]
 
@@ -324,13 +311,28 @@ class AdminConfig(StrictModel):
     token: SecretStr = SecretStr("")
 
 
-class ChannelsConfig(StrictModel):
-    """The channels people use to reach the assistant."""
+class ChannelSections(StrictModel):
+    """The channels people use to reach the assistant: one section per registered channel
+    (`channels.registry`), read with `section`."""
 
-    web: WebChannelConfig = Field(default_factory=WebChannelConfig)
-    slack: SlackChannelConfig = Field(default_factory=SlackChannelConfig)
-    teams: TeamsChannelConfig = Field(default_factory=TeamsChannelConfig)
-    email: EmailChannelConfig = Field(default_factory=EmailChannelConfig)
+    def section(self, channel_type: str) -> BaseModel:
+        """The config section of one channel type."""
+        value: BaseModel = getattr(self, channel_type)
+        return value
+
+
+if TYPE_CHECKING:
+    ChannelsConfig = ChannelSections
+else:
+    ChannelsConfig = create_model(
+        "ChannelsConfig",
+        __base__=ChannelSections,
+        __doc__=ChannelSections.__doc__,
+        **{
+            plugin.name: (plugin.config_model, Field(default_factory=plugin.config_model))
+            for plugin in channel_plugins()
+        },
+    )
 
 
 class GatewayConfig(StrictModel):
@@ -407,51 +409,16 @@ class GatewayConfig(StrictModel):
 
     @field_validator("channels")
     @classmethod
-    def _web_tokens_name_configured_users(
-        cls, channels: ChannelsConfig, info: ValidationInfo
-    ) -> ChannelsConfig:
-        """A token for a user nobody configured could never be routed."""
-        identity: IdentityConfig | None = info.data.get("identity")
-        if identity is None:  # identity itself is invalid and already reported
-            return channels
-        known = {user.id for user in identity.users}
-        errors: list[tuple[Loc, str, object]] = [
-            (("web", "tokens", index, "user"), f"unknown user {token.user!r}", token.user)
-            for index, token in enumerate(channels.web.tokens)
-            if token.user not in known
-        ]
+    def _channel_rules(cls, channels: ChannelSections, info: ValidationInfo) -> ChannelSections:
+        """Each channel's rules that read other sections (web tokens name configured users)."""
+        if info.data.get("identity") is None or info.data.get("server") is None:
+            return channels  # a section they read is itself invalid and already reported
+        config = SimpleNamespace(**info.data)
+        errors: list[tuple[Loc, str, object]] = []
+        for plugin in channel_plugins():
+            if plugin.check is not None:
+                problems = plugin.check(channels.section(plugin.name), config)
+                errors.extend(((plugin.name, *where), what, got) for where, what, got in problems)
         if errors:
             raise located_errors("ChannelsConfig", errors)
         return channels
-
-    @field_validator("channels")
-    @classmethod
-    def _dev_open_web_only_on_loopback(
-        cls, channels: ChannelsConfig, info: ValidationInfo
-    ) -> ChannelsConfig:
-        """dev_open trusts whatever user a request names: never reachable from other machines."""
-        server: ServerConfig | None = info.data.get("server")
-        web = channels.web
-        if server is not None and web.enabled and web.dev_open and not is_loopback(server.host):
-            raise located_errors(
-                "ChannelsConfig",
-                [
-                    (
-                        ("web", "dev_open"),
-                        f"dev_open is only allowed when server.host is a loopback address "
-                        f"(it is {server.host!r}); configure tokens instead",
-                        True,
-                    )
-                ],
-            )
-        return channels
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` is a loopback address or `localhost`."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

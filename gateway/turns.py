@@ -115,6 +115,11 @@ class TurnProcessor:
         self.send_reply = send_reply
         self.reply_lease = reply_lease
 
+    def reconfigure(self, settings: TurnSettings) -> None:
+        """Apply reloaded routing, budget and public URL to the next turn."""
+        self.settings = settings
+        self.service.routing = settings.routing
+
     async def process(self, event: QueuedEvent, user: ResolvedUser) -> bool:
         """Answer one event; failures are retried up to three times, then apologised for.
 

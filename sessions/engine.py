@@ -165,11 +165,11 @@ class SessionEngine:
         self.llm = llm
         self.settings = settings
         self.clock = clock
-        self.recall_settings = recall
-        self.recall = RecallSearch(database, recall.options) if recall else None
-        if recall is not None and recall.tool:
-            tools = (Tool(SEARCH_TOOL, self._search_past_conversations), *tools)
-        self.tools = {tool.spec.name: tool for tool in tools}
+        self.extra_tools = tools
+        self.recall_settings: RecallSettings | None = None
+        self.recall: RecallSearch | None = None
+        self.tools: dict[str, Tool] = {}
+        self._set_recall(recall)
         self.tokens = TokenEstimator()
         # What a turn reads of the database that rarely changes, kept between turns and
         # checked against the rows that say when it changed (`sessions.context_cache`).
@@ -181,6 +181,24 @@ class SessionEngine:
         self.topics = TopicWriter(
             database, llm, self.histories, every=settings.topic_every_messages
         )
+
+    def reconfigure(self, settings: EngineSettings, recall: RecallSettings | None) -> None:
+        """Apply reloaded settings to the next turn: the prompt and answer length, the history
+        budget and compaction policy, topics, summaries and recall (None: off)."""
+        self.settings = settings
+        self.compactor.policy = settings.compaction
+        self.topics.every = settings.topic_every_messages
+        self._set_recall(recall)
+
+    def _set_recall(self, recall: RecallSettings | None) -> None:
+        current = self.recall_settings
+        if recall is None or current is None or recall.options != current.options:
+            self.recall = RecallSearch(self.database, recall.options) if recall else None
+        self.recall_settings = recall
+        tools = self.extra_tools
+        if recall is not None and recall.tool:
+            tools = (Tool(SEARCH_TOOL, self._search_past_conversations), *tools)
+        self.tools = {tool.spec.name: tool for tool in tools}
 
     async def read_context(
         self,

@@ -31,10 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
 import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
+from starlette.routing import Route
 
 from channels.base import (
     ChannelMessage,
@@ -49,7 +50,8 @@ from channels.email.guard import SenderRateLimit, unanswerable_reason
 from channels.email.headers import read_headers
 from channels.email.outbound import SmtpRelay, compose_reply, deliver, domain_of
 from channels.email.parse import parse_email, references_of
-from errors import ChannelPayloadError, StorageError
+from channels.plugin import SentMessages
+from errors import ChannelPayloadError, GatewayError, StorageError
 
 __all__ = ["EmailChannel", "EmailSettings", "SentMessages", "parse_email"]
 
@@ -76,14 +78,6 @@ class EmailSettings:
     tls_cert: Path | None = None  # STARTTLS for the inbound server
     tls_key: Path | None = None
     replies_per_sender_per_hour: int = 30
-
-
-class SentMessages(Protocol):
-    """Our own replies, looked up by id (the gateway implements it over the outbox table)."""
-
-    async def texts(self, message_ids: Sequence[str]) -> list[str]:
-        """The texts of our replies with these ids (platform_message_id or message_id)."""
-        ...
 
 
 class EmailChannel:
@@ -123,20 +117,35 @@ class EmailChannel:
         handler = _Handler(self)
         tls = self._tls_context()
         hostname = domain_of(self.settings.addresses[0]) if self.settings.addresses else None
-        self._server = await loop.create_server(
-            lambda: SMTP(
-                handler,
-                data_size_limit=self.settings.max_message_bytes,
-                enable_SMTPUTF8=True,
-                hostname=hostname,
-                tls_context=tls,
-                timeout=SMTP_TIMEOUT,
-                loop=loop,
-            ),
-            host=self.settings.listen_host,
-            port=self.settings.listen_port,
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: SMTP(
+                    handler,
+                    data_size_limit=self.settings.max_message_bytes,
+                    enable_SMTPUTF8=True,
+                    hostname=hostname,
+                    tls_context=tls,
+                    timeout=SMTP_TIMEOUT,
+                    loop=loop,
+                ),
+                host=self.settings.listen_host,
+                port=self.settings.listen_port,
+            )
+        except OSError as exc:
+            raise GatewayError(
+                f"cannot listen for email on {self.settings.listen_host}:"
+                f"{self.settings.listen_port} (channels.email): {exc.strerror or exc}"
+            ) from exc
         log.info("email.listening", host=self.settings.listen_host, port=self.port, tls=bool(tls))
+
+    def reconfigure(self, settings: EmailSettings) -> None:
+        """Apply reloaded settings: the sender checks, the rate limit and outbound delivery
+        take effect with the next mail (the listener's address and TLS need a restart)."""
+        if settings.auth_mode == "off" and self.settings.auth_mode != "off":
+            log.warning("email.auth_off", detail="sender authentication is off (development)")
+        self.settings = settings
+        self.addresses = frozenset(address.lower() for address in settings.addresses)
+        self.rate_limit.per_hour = settings.replies_per_sender_per_hour  # the window stays
 
     async def stop(self) -> None:
         """Stop listening (sessions in progress finish on their own)."""
@@ -144,6 +153,10 @@ class EmailChannel:
         if server is not None:
             server.close()
             await server.wait_closed()
+
+    def routes(self) -> list[Route]:
+        """None: mail arrives on the SMTP listener, not over HTTP."""
+        return []
 
     @property
     def port(self) -> int:

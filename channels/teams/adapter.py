@@ -69,12 +69,14 @@ from errors import (
     RejectedRequestError,
     StorageError,
 )
+from primitives.bounded_cache import BoundedCache
 
 __all__ = ["TeamsChannel", "TeamsSettings", "parse_teams_activity"]
 
 log = structlog.stdlib.get_logger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
+CONNECTOR_CLIENTS = 100  # Bot Connector clients kept, one per service URL (Teams has a few)
 WELCOME_TEXT = (
     "Hello! I'm your assistant. Write to me here, or mention me in a channel to ask something "
     "there. Type /help to see the commands."
@@ -140,7 +142,7 @@ class TeamsChannel:
             keys,
             issuer=settings.token_issuer,
         )
-        self._connectors: dict[str, Any] = {}
+        self._connectors: BoundedCache[str, Any] = BoundedCache(CONNECTOR_CLIENTS)
         self._exits = AsyncExitStack()
         if settings.insecure_dev_mode:
             log.warning(
@@ -173,7 +175,15 @@ class TeamsChannel:
         thread = message.thread_id or str(message.reply_context.get("thread_root") or "")
         return await self._post(reference, message.content, thread)
 
-    async def close(self) -> None:
+    async def start(self) -> None:
+        """Nothing to open: activities arrive on the HTTP route."""
+
+    def reconfigure(self, settings: TeamsSettings) -> None:
+        """Apply the reloaded tenant allow-list and text limit to the next activity (the app
+        credentials and endpoints need a restart)."""
+        self.settings = settings
+
+    async def stop(self) -> None:
         """Close the connector sessions and the HTTP client; drop the keys from the SDK's cache."""
         await self._exits.aclose()
         self._connectors.clear()
@@ -286,8 +296,9 @@ class TeamsChannel:
             # The outbox owns retries (and honours Retry-After); the SDK would retry blindly.
             client.config.retry_policy.retries = 0
             client.config.connection.timeout = self.settings.request_timeout
+            # Closed at stop() even if dropped from the cache before: a reply may still use it.
             self._exits.push_async_exit(client.__aexit__)
-            self._connectors[service_url] = client
+            self._connectors.put(service_url, client)
         return client
 
     def _delivery_error(self, exc: HttpOperationError) -> DeliveryError:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from starlette.requests import Request
@@ -32,6 +32,7 @@ from channels.base import (
     OutboundMessage,
     parse_json,
 )
+from channels.plugin import ExportReader, ReplyFeed
 from errors import ChannelAuthError, ChannelPayloadError, RejectedRequestError, StorageError
 
 log = structlog.stdlib.get_logger(__name__)
@@ -49,24 +50,6 @@ class WebSettings:
     dev_open: bool
     tokens: Mapping[str, str]  # token → user id
     max_text_chars: int
-
-
-class ReplyFeed(Protocol):
-    """Reads the replies sent to a web user (the gateway implements it over the outbox)."""
-
-    async def replies(
-        self, user_id: str, *, after: int, limit: int
-    ) -> tuple[list[dict[str, Any]], int]:
-        """The replies after cursor `after`, oldest first, and the new cursor."""
-        ...
-
-
-class ExportReader(Protocol):
-    """Reads the export an `/export` link points to (the gateway implements it)."""
-
-    async def export(self, token: str) -> dict[str, Any] | None:
-        """The export behind the link's token, or None when unknown or expired."""
-        ...
 
 
 def namespaced_id(user_id: str, message_id: str) -> str:
@@ -137,6 +120,16 @@ class WebChannel:
         self.exports = exports
         self.clock = clock
         self.on_rejected = on_rejected
+
+    async def start(self) -> None:
+        """Nothing to open: the channel is its HTTP routes."""
+
+    async def stop(self) -> None:
+        """Nothing to close."""
+
+    def reconfigure(self, settings: WebSettings) -> None:
+        """Apply reloaded tokens, `dev_open` and the text limit to the next request."""
+        self.settings = settings
 
     def routes(self) -> Sequence[Route]:
         """The channel's routes, mounted by the gateway's app."""

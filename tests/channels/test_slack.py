@@ -77,7 +77,7 @@ async def served(slack_api: FakeSlackAPI) -> AsyncIterator[tuple[SlackChannel, R
     channel = SlackChannel(settings(slack_api), inbox, NoThreads())
     await channel.start()
     yield channel, inbox
-    await channel.close()
+    await channel.stop()
 
 
 def client_for(channel: SlackChannel) -> httpx.AsyncClient:
@@ -287,7 +287,7 @@ async def test_socket_mode_receives_an_event_and_acknowledges_it_after_the_inbox
         await channel.start()
         ack = await asyncio.wait_for(acks.get(), timeout=10)
     finally:
-        await channel.close()
+        await channel.stop()
         await runner.cleanup()
     assert ack["envelope_id"] == envelope["envelope_id"]
     assert [m.content for m in inbox.messages] == ["over the socket"]

@@ -117,7 +117,7 @@ async def serve_channel(fake: FakeBotFramework, **overrides: Any) -> AsyncIterat
         await client.aclose()
         server.should_exit = True
         await serving
-        await channel.close()
+        await channel.stop()
 
 
 @pytest.fixture
@@ -566,7 +566,7 @@ async def test_insecure_dev_mode_starts_without_credentials() -> None:
         RecordingInbox(),
         clock=_now,
     )
-    await channel.close()
+    await channel.stop()
 
 
 _now: Callable[[], datetime] = lambda: NOW  # noqa: E731

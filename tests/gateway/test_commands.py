@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import func, select
 from structlog.testing import capture_logs
 
-from channels.base import FILE_CHANNELS, ChannelMessage, ChannelType
+from channels.base import ChannelMessage, ChannelType
+from channels.registry import channel_plugin
 from channels.slack.parse import parse_slack_event, parse_slack_shortcut
 from channels.teams.parse import parse_teams_activity
 from gateway.commands import (
@@ -598,7 +599,7 @@ async def test_an_export_asked_for_in_a_private_conversation_is_made(
     assert link.user_id == "alice"
     assert outcome.session_id == link.session_id
     assert "https://gateway.example/web/v1/exports/" in outcome.reply
-    if message.channel_type in FILE_CHANNELS:
+    if channel_plugin(message.channel_type).delivers_files:
         assert outcome.file is not None
         assert DM_SECRET in outcome.file.content
     else:

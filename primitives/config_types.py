@@ -7,6 +7,7 @@ that keep an error located at the key that is wrong.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from datetime import timedelta
@@ -175,3 +176,13 @@ class StrictModel(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address or `localhost`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,134 @@
+"""The running gateway's settings as one frozen value, built from a config by one function.
+
+`runtime_settings(config)` is what start-up wires and what a reload rebuilds: the reload
+compares the new bundle with the running one part by part and hands each service the part that
+changed (`gateway.reload`). Which config keys a running gateway can change, and which need a
+restart, is declared here (`RESTART_ONLY`) and in each channel's plugin; a test holds every key
+of the schema to one of the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from channels.base import ChannelType
+from channels.registry import channel_plugins
+from gateway.settings import GatewayConfig
+from gateway.turns import TurnSettings
+from sessions.compaction import CompactionPolicy
+from sessions.engine import EngineSettings, RecallSettings
+from sessions.routing import RoutingPolicy
+
+# Config keys (a section, or one key in it) that only a restart applies: what opens sockets,
+# pools, stores and clients, or decides how many of them there are. Every other key of the
+# schema outside `channels` is applied by a reload; `channels.<type>` keys are declared by
+# the channel's plugin (`reloadable` / `restart_only`; `enabled` always needs a restart).
+RESTART_ONLY: tuple[str, ...] = (
+    "server.host",
+    "server.port",
+    "server.turn_workers",
+    "logging",
+    "storage",
+    "llm.provider",
+    "llm.model",
+    "llm.api_key",
+    "llm.base_url",
+    "llm.timeout",
+    "llm.max_retries",
+    "llm.region",
+    "llm.project_id",
+    "llm.offline_latency",
+    "sessions.max_concurrent_turns",
+    "admin",
+)
+
+# What a reload applies outside the channels (for the schema test and the docs).
+RELOADABLE: tuple[str, ...] = (
+    "server.public_url",
+    "llm.system_prompt",
+    "llm.max_tokens",
+    "sessions.scope",
+    "sessions.archive_after",
+    "sessions.suggest_new_after",
+    "sessions.history_budget_tokens",
+    "sessions.topic_every_messages",
+    "sessions.summary_min_user_messages",
+    "sessions.compaction",
+    "recall",
+    "organizations",
+    "identity",
+    "retention",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSettings:
+    """The background jobs' config: when idle sessions are archived and archived ones deleted."""
+
+    archive_after: timedelta
+    delete_after: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSettings:
+    """Everything the running services read from the config, by the service that reads it."""
+
+    engine: EngineSettings
+    recall: RecallSettings | None  # None: recall is off
+    resume_by_reference: bool
+    turn: TurnSettings
+    jobs: JobSettings
+    # Each enabled channel's adapter settings (the type its plugin's `settings_of` returns).
+    channels: Mapping[ChannelType, Any]
+
+
+def runtime_settings(config: GatewayConfig) -> RuntimeSettings:
+    """The whole bundle for `config` (pure: no I/O, nothing opened)."""
+    sessions = config.sessions
+    compaction = CompactionPolicy(
+        budget_tokens=sessions.history_budget_tokens,
+        trigger_ratio=sessions.compaction.trigger_ratio,
+        max_messages=sessions.compaction.max_messages,
+        keep_last_messages=sessions.compaction.keep_last_messages,
+        summary_max_tokens=sessions.compaction.summary_max_tokens,
+    )
+    recall = config.recall
+    retention_days = config.retention.delete_after_days
+    return RuntimeSettings(
+        engine=EngineSettings(
+            system_prompt=config.llm.system_prompt,
+            max_tokens=config.llm.max_tokens,
+            compaction=compaction,
+            topic_every_messages=sessions.topic_every_messages,
+            suggest_new_after=sessions.suggest_new_after,
+            summary_min_user_messages=sessions.summary_min_user_messages,
+        ),
+        recall=RecallSettings(
+            auto_hits=recall.auto_hits,
+            auto_context_tokens=recall.auto_context_tokens,
+            tool=recall.tool,
+        )
+        if recall.enabled
+        else None,
+        resume_by_reference=recall.resume_by_reference,
+        turn=TurnSettings(
+            routing=RoutingPolicy(sessions.scope, sessions.archive_after),
+            history_budget_tokens=sessions.history_budget_tokens,
+            pull_channels=frozenset(
+                plugin.name for plugin in channel_plugins() if plugin.pulls_replies
+            ),
+            public_url=config.server.public_url or "",
+        ),
+        jobs=JobSettings(
+            archive_after=sessions.archive_after,
+            delete_after=timedelta(days=retention_days) if retention_days else None,
+        ),
+        channels={
+            plugin.channel_type: plugin.settings_of(section)
+            for plugin in channel_plugins()
+            if plugin.enabled(section := config.channels.section(plugin.name))
+        },
+    )
