@@ -27,6 +27,18 @@ class ChannelType(StrEnum):
     WEB = "web"
 
 
+class Conversation(StrEnum):
+    """Who reads the replies to a message, as its channel's parser knows it.
+
+    Only `DIRECT` is private (the sender alone reads the replies: a Slack DM, a Teams personal
+    chat, email, the web page); anything else, or not known, is shared with others.
+    """
+
+    DIRECT = "direct"
+    GROUP = "group"  # a group DM or group chat
+    CHANNEL = "channel"  # a channel, or a thread in one
+
+
 @dataclass(frozen=True, slots=True)
 class Attachment:
     """A file that came with a message; the gateway keeps its metadata, not its bytes."""
@@ -55,8 +67,10 @@ class ChannelMessage:
 
     `message_id` is the platform's own id (the dedupe key within `channel_type`);
     `user_identifier` the sender's external id (Slack `TEAM:USER`, AAD object id, email
-    address, web user id); `reply_context` whatever the adapter needs to answer in the right
-    place; `raw` the original payload, kept for audit and replays.
+    address, web user id); `conversation` who reads the replies; `subject` the subject line
+    where the channel has one (email); `reply_context` whatever the adapter needs to answer in
+    the right place, opaque to the gateway; `raw` the original payload, kept for audit and
+    replays.
     """
 
     channel_type: ChannelType
@@ -73,6 +87,13 @@ class ChannelMessage:
     raw: Mapping[str, Any] = field(default_factory=dict)
     # Message ids this one answers (email In-Reply-To/References); route to their session.
     references: tuple[str, ...] = ()
+    conversation: Conversation = Conversation.CHANNEL
+    subject: str = ""
+
+    @property
+    def is_private(self) -> bool:
+        """Whether only the sender reads the replies to this message."""
+        return self.conversation is Conversation.DIRECT
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-serialisable dict without `raw` (which is stored on its own)."""
@@ -81,6 +102,7 @@ class ChannelMessage:
         record["channel_type"] = self.channel_type.value
         record["timestamp"] = self.timestamp.astimezone(UTC).isoformat()
         record["reply_context"] = dict(self.reply_context)
+        record["conversation"] = self.conversation.value
         return record
 
     @classmethod
@@ -103,6 +125,9 @@ class ChannelMessage:
             reply_context=dict(record.get("reply_context", {})),
             raw=dict(raw or {}),
             references=tuple(record.get("references", ())),
+            # Stored before the field existed: shared, so nothing private is shown by mistake.
+            conversation=Conversation(record.get("conversation", Conversation.CHANNEL)),
+            subject=record.get("subject", "") or _legacy_subject(record),
         )
 
     def prompt_text(self) -> str:
@@ -172,6 +197,11 @@ class InboxPort(Protocol):
     async def accept(self, message: ChannelMessage) -> AcceptResult:
         """Store the message durably (or recognise it as a duplicate); raise `StorageError`."""
         ...
+
+
+def _legacy_subject(record: Mapping[str, Any]) -> str:
+    subject = record.get("reply_context", {}).get("subject")
+    return subject if isinstance(subject, str) else ""
 
 
 def parse_json(raw: bytes | str) -> Any:

@@ -14,13 +14,12 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from channels.base import ChannelMessage, ChannelType, FileToSend
+from channels.base import ChannelMessage, FileToSend
 from channels.registry import channel_plugin
 from gateway.identity import ResolvedUser
 from gateway.log import get_logger
@@ -62,11 +61,6 @@ EXPORT_ONLY_IN_PRIVATE = (
     "Exports hold your whole conversation, so I only send them in a direct message. "
     "Send /export to me in a DM."
 )
-# Slack conversation ids that only the user and the app share: D… is a direct message; a user
-# id (U…, W…) is where the "Send to assistant" shortcut answers, which Slack delivers to the
-# app's direct message with that user. C… and G… (channels, private channels, group DMs) are
-# read by others.
-SLACK_PRIVATE_PREFIXES = ("D", "U", "W")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +83,10 @@ class CommandOutcome:
 def parse_command(message: ChannelMessage) -> Command | None:
     """The command in the message's first line (or an email's subject), if there is one."""
     candidates = [message.content]
-    subject = message.reply_context.get("subject")
-    if isinstance(subject, str):
-        candidates.insert(0, re.sub(r"^\s*((re|fwd?|aw|wg)\s*:\s*)+", "", subject, flags=re.I))
+    if message.subject:
+        candidates.insert(
+            0, re.sub(r"^\s*((re|fwd?|aw|wg)\s*:\s*)+", "", message.subject, flags=re.I)
+        )
     for text in candidates:
         match = COMMAND_PATTERN.match(text)
         if match:
@@ -100,28 +95,10 @@ def parse_command(message: ChannelMessage) -> Command | None:
 
 
 def is_private_conversation(message: ChannelMessage) -> bool:
-    """Whether only the sender reads the replies to `message`: a Slack DM, a Teams personal chat,
-    email (the reply goes to the sender) and the web (their own feed).
-
-    Anything not known to be private counts as shared, so a new conversation kind, or a
-    message whose reply context lacks the marker, shows others nothing of the user's DMs.
-    """
-    if message.channel_type in (ChannelType.EMAIL, ChannelType.WEB):
-        return True
-    context = message.reply_context
-    if message.channel_type == ChannelType.SLACK:
-        # Both must be private: the reply goes to the reply context's channel when it names one.
-        places = (message.channel_id, str(context.get("channel") or message.channel_id))
-        return all(place.startswith(SLACK_PRIVATE_PREFIXES) for place in places)
-    if message.channel_type == ChannelType.TEAMS:
-        reference = context.get("conversation_reference")
-        conversation = reference.get("conversation") if isinstance(reference, Mapping) else None
-        return (
-            isinstance(conversation, Mapping)
-            and conversation.get("conversationType") == "personal"
-            and not conversation.get("isGroup")
-        )
-    return False
+    """Whether only the sender reads the replies to `message` (its channel's parser says so:
+    a Slack DM, a Teams personal chat, email, the web). Anything not known to be private counts
+    as shared, so a new conversation kind shows others nothing of the user's DMs."""
+    return message.is_private
 
 
 def short_id(session_id: str) -> str:

@@ -36,8 +36,6 @@ log = get_logger(__name__)
 
 CLAIM_BATCH = 50
 MARK_BATCH = 256  # delivery marks per transaction at most
-# The outbound row keeps a reply's file (an export) in its reply context under this key.
-ATTACHMENT_KEY = "attachment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,8 +208,7 @@ class OutboxSender:
 
 
 def _outbound(row: OutboundRow) -> OutboundMessage:
-    context = dict(row.reply_context)
-    attached = context.pop(ATTACHMENT_KEY, None)
+    attached = row.attachment
     return OutboundMessage(
         message_id=row.message_id,
         channel_type=ChannelType(row.channel_type),
@@ -220,7 +217,7 @@ def _outbound(row: OutboundRow) -> OutboundMessage:
         user_id=row.user_id,
         thread_id=row.thread_id,
         in_reply_to=row.in_reply_to,
-        reply_context=context,
+        reply_context=dict(row.reply_context),
         file=FileToSend(**attached) if isinstance(attached, dict) else None,
     )
 

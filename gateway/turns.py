@@ -23,7 +23,6 @@ from gateway.commands import Command, CommandContext, parse_command, run_command
 from gateway.identity import ResolvedUser
 from gateway.log import bind_turn_context, clear_turn_context, get_logger
 from gateway.metrics import GatewayMetrics
-from gateway.outbox import ATTACHMENT_KEY
 from gateway.work_slots import WorkSlots
 from sessions.routing import Arrival, RoutingPolicy
 from sessions.turn import ReplyAddress, TurnService, UserTurn, new_outbound_id
@@ -293,10 +292,8 @@ class TurnProcessor:
             user_id=user_id,
             session_id=session_id,
             inbound_event_id=event_id,
-            reply_context={
-                **message.reply_context,
-                **({ATTACHMENT_KEY: dataclasses.asdict(file)} if file is not None else {}),
-            },
+            reply_context=dict(message.reply_context),
+            attachment=dataclasses.asdict(file) if file is not None else None,
             at=now,
             claimed_until=now + self.reply_lease,
         )

@@ -373,6 +373,8 @@ class OutboundMessage(Base):
     kind: Mapped[str] = mapped_column(String(16), default="reply")
     content: Mapped[str] = mapped_column(Text)
     reply_context: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A file sent with the reply (an export): filename, content_type, content.
+    attachment: Mapped[dict[str, Any] | None]
     status: Mapped[str] = _enum_column(OutboundStatus, OutboundStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)

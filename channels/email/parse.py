@@ -28,7 +28,13 @@ from email.parser import BytesParser
 from textwrap import dedent
 from typing import Any
 
-from channels.base import Attachment, ChannelMessage, ChannelType, ForwardedContent
+from channels.base import (
+    Attachment,
+    ChannelMessage,
+    ChannelType,
+    Conversation,
+    ForwardedContent,
+)
 from channels.email import headers
 from channels.email.forward import read_forward
 from channels.email.headers import normalize_id
@@ -136,6 +142,8 @@ def _parse(
             "references": list(references or in_reply_to),
         },
         raw=_raw_summary(message, data, message_id, references, in_reply_to),
+        conversation=Conversation.DIRECT,  # the reply goes to the sender alone
+        subject=subject,
         references=tuple(dict.fromkeys((*in_reply_to, *references))),
     )
 

@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from channels.base import Attachment, ChannelMessage, ChannelType, ForwardedContent
+from channels.base import (
+    Attachment,
+    ChannelMessage,
+    ChannelType,
+    Conversation,
+    ForwardedContent,
+)
 from channels.slack.format import slack_text
 from errors import ChannelPayloadError
 
@@ -23,6 +29,20 @@ SHORTCUT_CALLBACK_ID = "send_to_assistant"  # config/slack-app-manifest.yaml dec
 IGNORED_SUBTYPES = frozenset(
     {"message_changed", "message_deleted", "bot_message", "channel_join", "channel_leave"}
 )
+
+
+# Slack conversation ids: D… is a direct message with the app; G… a group DM or private
+# channel; C… a channel. Posting to a user id (U…, W…) delivers to the app's DM with them.
+DIRECT_PREFIX = "D"
+
+
+def conversation_of(channel: str, channel_type: object = None) -> Conversation:
+    """Who reads a Slack conversation: the user alone (a DM), a group, or a channel."""
+    if channel_type == "im" or channel.startswith(DIRECT_PREFIX):
+        return Conversation.DIRECT
+    if channel_type in ("mpim", "group") or channel.startswith("G"):
+        return Conversation.GROUP
+    return Conversation.CHANNEL
 
 
 def _timestamp(ts: str) -> datetime:
@@ -130,7 +150,7 @@ def parse_slack_event(
         raise ChannelPayloadError("a message event needs 'channel' and 'ts'")
     text = str(event.get("text") or "")
     thread_ts = str(event.get("thread_ts") or "")
-    direct = event.get("channel_type") == "im" or channel.startswith("D")
+    direct = event.get("channel_type") == "im" or channel.startswith(DIRECT_PREFIX)
     mentions_bot = bool(bot_user) and f"<@{bot_user}" in text
     if kind == "message" and not direct and (mentions_bot or not thread_ts):
         return None  # mentions come as app_mention; other channel chatter is not for us
@@ -151,6 +171,7 @@ def parse_slack_event(
         forwarded=_shared_message(event, names or {}),
         reply_context={"channel": channel, "thread_ts": thread_ts or None, "team_id": team_id},
         raw=dict(envelope),
+        conversation=conversation_of(channel, event.get("channel_type")),
     )
 
 
@@ -197,4 +218,6 @@ def parse_slack_shortcut(
         forwarded=forwarded,
         reply_context={"channel": user_id, "thread_ts": None, "team_id": team_id},
         raw=dict(payload),
+        # Posted to the user id, the answer lands in the app's direct message with the user.
+        conversation=Conversation.DIRECT,
     )

@@ -24,7 +24,7 @@ from typing import Any
 
 from inscriptis import get_text  # type: ignore[import-untyped]  # (no type information)
 
-from channels.base import Attachment, ChannelMessage, ChannelType
+from channels.base import Attachment, ChannelMessage, ChannelType, Conversation
 from errors import ChannelPayloadError
 
 REPLY_CHAIN_MARKER = ";messageid="
@@ -169,6 +169,22 @@ def parse_teams_activity(
             "thread_root": _thread_root(activity, str(activity_id), root),
         },
         raw=dict(activity),
+        conversation=_conversation(activity),
+    )
+
+
+def _conversation(activity: Mapping[str, Any]) -> Conversation:
+    """A personal chat that is not a group is the only private kind; anything else is shared."""
+    conversation = _mapping(activity.get("conversation"))
+    kind = conversation.get("conversationType")
+    if kind == "personal" and not conversation.get("isGroup"):
+        return Conversation.DIRECT
+    if kind == "channel":
+        return Conversation.CHANNEL
+    return (
+        Conversation.GROUP
+        if kind == "groupChat" or conversation.get("isGroup")
+        else Conversation.CHANNEL
     )
 
 

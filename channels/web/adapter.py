@@ -27,6 +27,7 @@ from starlette.routing import Route
 from channels.base import (
     ChannelMessage,
     ChannelType,
+    Conversation,
     DeliveryReceipt,
     InboxPort,
     OutboundMessage,
@@ -84,6 +85,7 @@ def parse_web_message(
         timestamp=now,
         thread_id=thread_id or "",
         reply_context={"client_message_id": message_id},
+        conversation=Conversation.DIRECT,  # the user's own feed
         raw=dict(body),
     )
 

@@ -34,6 +34,7 @@ class OutboxRepository:
         session_id: str | None = None,
         inbound_event_id: int | None = None,
         reply_context: dict[str, Any] | None = None,
+        attachment: dict[str, Any] | None = None,
         delivered: bool = False,
         claimed_until: datetime | None = None,
     ) -> OutboundMessage:
@@ -57,6 +58,7 @@ class OutboxRepository:
             kind=kind,
             content=content,
             reply_context=reply_context or {},
+            attachment=attachment,
             status=status.value,
             attempts=0,
             created_at=at,

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import func, select
 from structlog.testing import capture_logs
 
-from channels.base import ChannelMessage, ChannelType
+from channels.base import ChannelMessage, ChannelType, Conversation
 from channels.registry import channel_plugin
 from channels.slack.parse import parse_slack_event, parse_slack_shortcut
 from channels.teams.parse import parse_teams_activity
@@ -462,6 +462,8 @@ def email_message(text: str) -> ChannelMessage:
         timestamp=NOW,
         thread_id="<m1@acme.example>",
         reply_context={"subject": text, "reply_to": "alice@acme.example"},
+        conversation=Conversation.DIRECT,
+        subject=text,
     )
 
 
@@ -474,6 +476,7 @@ def web_message(text: str) -> ChannelMessage:
         content=text,
         timestamp=NOW,
         reply_context={"client_message_id": "m1"},
+        conversation=Conversation.DIRECT,
     )
 
 
@@ -510,15 +513,16 @@ def test_channels_group_chats_and_group_dms_are_shared(place: str) -> None:
 
 
 def test_a_conversation_not_known_to_be_private_counts_as_shared() -> None:
-    personal = teams_personal("/export")
-    reference = dict(personal.reply_context["conversation_reference"])
-    reference["conversation"] = {"id": "a:1chat"}  # no conversationType
-    unmarked = replace(personal, reply_context={"conversation_reference": reference})
-    # A DM's id, but the reply would go to a channel.
-    redirected = replace(slack_dm("/export"), reply_context={"channel": "C0001"})
+    unmarked = teams_message("/export", {"id": "a:1chat", "conversationType": ""})
+    assert unmarked.conversation is not Conversation.DIRECT
     assert not is_private_conversation(unmarked)
-    assert not is_private_conversation(redirected)
-    assert not is_private_conversation(replace(slack_dm("/export"), channel_id="C0001"))
+    # A message built without saying where it came from (or stored before the field existed).
+    assert not is_private_conversation(
+        replace(slack_dm("/export"), conversation=Conversation.CHANNEL)
+    )
+    record = slack_dm("/export").to_record()
+    del record["conversation"]
+    assert not is_private_conversation(ChannelMessage.from_record(record))
 
 
 @pytest.fixture

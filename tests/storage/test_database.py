@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, text
 from sqlalchemy.exc import IntegrityError
 
 from errors import StorageError
@@ -18,6 +19,7 @@ from storage.database import Database, redact_url
 from storage.models import (
     Base,
     InboundStatus,
+    OutboundMessage,
     OutboundStatus,
     SessionChannel,
     SessionMessage,
@@ -387,3 +389,31 @@ def test_passwords_are_hidden_in_displayed_urls(tmp_path: Path) -> None:
     assert "s3cret" not in redact_url("postgresql+psycopg://u:s3cret@h/db")
     assert Database(f"sqlite+aiosqlite:///{tmp_path}/x/y.db").display_url.endswith("y.db")
     assert (tmp_path / "x").is_dir()
+
+
+async def test_a_pending_replys_file_moves_out_of_its_reply_context_on_upgrade(
+    database_url: str,
+) -> None:
+    """Revision 0004: a file written into the reply context before it is still sent."""
+    database = Database(database_url)
+    try:
+        await database.upgrade("0003")
+        await make_user(database)
+        export = {"filename": "s.json", "content_type": "application/json", "content": "{}"}
+        async with database.engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO outbound_messages (message_id, user_id, channel_type, "
+                    "channel_id, thread_id, kind, content, reply_context, status, attempts, "
+                    "next_attempt_at, created_at) VALUES ('out-1', 'alice', 'slack', 'D1', '', "
+                    "'reply', 'here', :context, 'pending', 0, :at, :at)"
+                ),
+                {"context": json.dumps({"channel": "D1", "attachment": export}), "at": T0},
+            )
+        await database.upgrade()
+        async with database.session() as session:
+            (row,) = (await session.scalars(select(OutboundMessage))).all()
+        assert row.attachment == export
+        assert row.reply_context == {"channel": "D1"}
+    finally:
+        await database.dispose()
