@@ -9,6 +9,7 @@ field is trusted instead. `GET /web/` serves the chat page that uses the API.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import re
@@ -90,6 +91,10 @@ def parse_web_message(
     )
 
 
+def _read_page() -> str:
+    return resources.files("channels.web").joinpath("page.html").read_text(encoding="utf-8")
+
+
 def _optional_id(body: Mapping[str, object], field: str) -> str | None:
     value = body.get(field)
     if value is None:
@@ -122,9 +127,11 @@ class WebChannel:
         self.exports = exports
         self.clock = clock
         self.on_rejected = on_rejected
+        self._page: str | None = None
 
     async def start(self) -> None:
-        """Nothing to open: the channel is its HTTP routes."""
+        """Read the chat page (the channel is otherwise its HTTP routes)."""
+        self._page = await asyncio.to_thread(_read_page)
 
     async def stop(self) -> None:
         """Nothing to close."""
@@ -196,8 +203,9 @@ class WebChannel:
 
     async def page(self, _request: Request) -> Response:
         """The chat page."""
-        html = resources.files("channels.web").joinpath("page.html").read_text(encoding="utf-8")
-        return HTMLResponse(html.replace("__DEV_OPEN__", json.dumps(self.settings.dev_open)))
+        if self._page is None:  # read once, off the event loop
+            self._page = await asyncio.to_thread(_read_page)
+        return HTMLResponse(self._page.replace("__DEV_OPEN__", json.dumps(self.settings.dev_open)))
 
     def _authenticate(self, request: Request, claimed_user: object) -> str:
         header = request.headers.get("authorization", "")
