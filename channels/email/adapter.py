@@ -1,4 +1,5 @@
-"""The email channel: an SMTP server for inbound mail (aiosmtpd) and replies over SMTP.
+"""The email channel: an SMTP server for inbound mail (aiosmtpd) and replies over SMTP (or
+written to a folder as ``.eml`` files, outbound ``mode: files``).
 
 Inbound, in the order a mail meets them:
 
@@ -48,7 +49,13 @@ from channels.email.auth import AuthVerdict, Resolver, authenticate, dns_resolve
 from channels.email.auth import Envelope as SmtpEnvelope
 from channels.email.guard import SenderRateLimit, unanswerable_reason
 from channels.email.headers import read_headers
-from channels.email.outbound import SmtpRelay, compose_reply, deliver, domain_of
+from channels.email.outbound import (
+    ReplyFolder,
+    ReplyTransport,
+    SmtpRelay,
+    compose_reply,
+    domain_of,
+)
 from channels.email.parse import parse_email, references_of
 from channels.plugin import SentMessages
 from errors import ChannelPayloadError, GatewayError, StorageError
@@ -78,6 +85,9 @@ class EmailSettings:
     tls_cert: Path | None = None  # STARTTLS for the inbound server
     tls_key: Path | None = None
     replies_per_sender_per_hour: int = 30
+    # smtp: replies go to the relay above; files: each is written to outbound_directory.
+    outbound_mode: Literal["smtp", "files"] = "smtp"
+    outbound_directory: Path = Path("./var/outbox")
 
 
 class EmailChannel:
@@ -175,21 +185,33 @@ class EmailChannel:
     # --- outbound -----------------------------------------------------------------------
 
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
-        """Send one reply; raises `DeliveryError` (4xx and connection errors retryable, 5xx
-        permanent). The receipt carries our Message-ID, which replies to it will name."""
+        """Send one reply; raises `DeliveryError` (4xx, connection and file system errors
+        retryable, 5xx permanent). The receipt carries our Message-ID, which replies to it
+        will name."""
         our_address = self._our_address(str(message.reply_context.get("from") or ""))
         mail, our_id = compose_reply(message, our_address=our_address, now=self.clock())
-        relay = SmtpRelay(
+        recipient = str(message.reply_context["reply_to"])
+        where = await self._transport().deliver(mail, sender=our_address, recipient=recipient)
+        log.info(
+            "email.sent",
+            outbound_id=message.message_id,
+            platform_message_id=our_id,
+            transport=self.settings.outbound_mode,
+            to=where,
+        )
+        return DeliveryReceipt(platform_message_id=our_id)
+
+    def _transport(self) -> ReplyTransport:
+        # Built per reply from the current settings, so a reload applies to the next one.
+        if self.settings.outbound_mode == "files":
+            return ReplyFolder(self.settings.outbound_directory)
+        return SmtpRelay(
             host=self.settings.outbound_host,
             port=self.settings.outbound_port,
             starttls=self.settings.outbound_starttls,
             username=self.settings.outbound_username,
             password=self.settings.outbound_password,
         )
-        recipient = str(message.reply_context["reply_to"])
-        await deliver(mail, relay, sender=our_address, recipient=recipient)
-        log.info("email.sent", outbound_id=message.message_id, platform_message_id=our_id)
-        return DeliveryReceipt(platform_message_id=our_id)
 
     def _our_address(self, candidate: str) -> str:
         if candidate.lower() in self.addresses:

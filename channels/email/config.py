@@ -44,13 +44,24 @@ class EmailAuthConfig(StrictModel):
 
 
 class EmailOutboundConfig(StrictModel):
-    """The SMTP server that replies are sent through."""
+    """Where replies go: through an SMTP server (``mode: smtp``, the keys below it), or into a
+    folder as one ``.eml`` file each (``mode: files``, for development: nothing is sent)."""
 
+    mode: Literal["smtp", "files"] = "smtp"
     host: str = "localhost"
     port: Port = 25
     starttls: bool = False
     username: str = ""
     password: SecretStr = SecretStr("")
+    directory: Path = Path("./var/outbox")
+
+    @field_validator("directory", mode="before")
+    @classmethod
+    def _directory_is_a_path(cls, value: object) -> object:
+        """An empty value would silently mean the working directory."""
+        if isinstance(value, str) and not value.strip():
+            raise rule_error("must not be empty: the folder that receives replies in files mode")
+        return value
 
 
 class EmailChannelConfig(StrictModel):

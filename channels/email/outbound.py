@@ -1,5 +1,7 @@
-"""Replies by mail: composing them (threaded, plain text plus simple HTML) and sending them
-over SMTP (aiosmtplib), with SMTP failures mapped to the outbox's retry rules.
+"""Replies by mail: composing them (threaded, plain text plus simple HTML) and handing them to
+a `ReplyTransport`: an SMTP relay (aiosmtplib), with SMTP failures mapped to the outbox's retry
+rules, or a folder that receives each reply as an ``.eml`` file (development: nothing leaves
+the machine, and every reply can be read).
 
 Our Message-ID is derived from the outbox row's id and our domain (`outbound_message_id`), so a
 send retried after a crash carries the same id and the recipient's client sees one message; it
@@ -8,16 +10,22 @@ is returned as the receipt's platform id, which is how replies to it find their 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import html
+import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from email import policy
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.utils import format_datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import aiosmtplib
 
@@ -29,17 +37,32 @@ MAX_REFERENCES = 20
 SEND_TIMEOUT = 30.0
 _SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _REPLY_PREFIX = re.compile(r"^\s*re\s*:", re.I)
+_UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._@-]")
+
+
+class ReplyTransport(Protocol):
+    """Where a composed reply goes: `SmtpRelay` or `ReplyFolder`."""
+
+    async def deliver(self, mail: EmailMessage, *, sender: str, recipient: str) -> str:
+        """Hand `mail` over for `recipient`; where it went (for the log). Raises
+        `DeliveryError` (`permanent` when retrying cannot help)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
 class SmtpRelay:
-    """Where replies are sent through."""
+    """The SMTP server replies are sent through."""
 
     host: str
     port: int
     starttls: bool = False
     username: str = ""
     password: str = ""
+
+    async def deliver(self, mail: EmailMessage, *, sender: str, recipient: str) -> str:
+        """Send `mail` through this relay (see `deliver`); ``host:port``."""
+        await deliver(mail, self, sender=sender, recipient=recipient)
+        return f"{self.host}:{self.port}"
 
 
 def domain_of(address: str) -> str:
@@ -157,3 +180,66 @@ async def deliver(mail: EmailMessage, relay: SmtpRelay, *, sender: str, recipien
 
 def _by_code(code: int, reason: str) -> DeliveryError:
     return DeliveryError(f"{reason} ({code})", permanent=500 <= code < 600)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyFolder:
+    """A folder that receives each reply as ``<UTC time>-<Message-ID>.eml`` (outbound
+    ``mode: files``): the mail the relay would get, with the envelope on top as
+    ``Return-Path`` and ``X-Original-To``, the way a mailbox stores it."""
+
+    directory: Path
+
+    async def deliver(self, mail: EmailMessage, *, sender: str, recipient: str) -> str:
+        """Write `mail` atomically (a hidden temporary file, then a rename) in a worker thread,
+        creating the folder; the file's path. An `OSError` is a retryable `DeliveryError`."""
+        envelope = (
+            f"Return-Path: <{_one_line(sender)}>\r\nX-Original-To: {_one_line(recipient)}\r\n"
+        )
+        try:
+            path = await asyncio.to_thread(self._write, mail, envelope.encode())
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise DeliveryError(f"cannot write the reply to {self.directory}: {reason}") from exc
+        return str(path)
+
+    async def check(self) -> str:
+        """Create the folder, then write and remove a probe file there (`gateway doctor`);
+        raises `OSError` when that fails."""
+        await asyncio.to_thread(self._probe)
+        return f"writes replies to {self.directory}"
+
+    def _write(self, mail: EmailMessage, envelope: bytes) -> Path:
+        # The SMTP policy: CRLF line ends and encoded headers, the bytes a relay would get.
+        data = envelope + mail.as_bytes(policy=policy.SMTP)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")  # sorts in writing order
+        message_id = _UNSAFE_FILENAME.sub("_", normalize_id(str(mail["Message-ID"] or "")))
+        path = self.directory / f"{stamp}-{message_id[:120] or 'reply'}.eml"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # Hidden and in the same folder: readers of *.eml never see a half-written reply, and
+        # the rename stays on one file system.
+        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        return path
+
+    def _probe(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=self.directory, prefix=".probe-")
+        try:
+            os.write(handle, b"probe\r\n")
+        finally:
+            os.close(handle)
+            os.unlink(probe)
+
+
+def _one_line(value: str) -> str:
+    return " ".join(value.split())

@@ -33,6 +33,8 @@ def settings_of(section: EmailChannelConfig) -> EmailSettings:
         tls_cert=section.tls_cert,
         tls_key=section.tls_key,
         replies_per_sender_per_hour=section.replies_per_sender_per_hour,
+        outbound_mode=outbound.mode,
+        outbound_directory=outbound.directory,
     )
 
 
@@ -50,10 +52,15 @@ def open_email(settings: EmailSettings, services: ChannelServices) -> ChannelAda
 
 
 async def check_smtp(section: EmailChannelConfig) -> str:
-    """The outbound SMTP server greets us (and accepts the login, when one is configured)."""
+    """The outbound SMTP server greets us (and accepts the login, when one is configured); in
+    files mode, the folder that receives replies can be created and written to."""
+    outbound = section.outbound
+    if outbound.mode == "files":
+        from channels.email.outbound import ReplyFolder  # noqa: PLC0415
+
+        return await ReplyFolder(outbound.directory).check()
     import aiosmtplib  # noqa: PLC0415
 
-    outbound = section.outbound
     client = aiosmtplib.SMTP(
         hostname=outbound.host, port=outbound.port, start_tls=outbound.starttls or None
     )

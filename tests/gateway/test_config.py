@@ -53,9 +53,12 @@ def test_example_config_runs_on_the_embedded_defaults():
     assert example.channels.web == defaults.channels.web
     assert example.channels.slack == defaults.channels.slack
     assert example.channels.teams == defaults.channels.teams
-    # The one difference: `make run` listens for email on a local port.
+    # The differences: `make run` listens for email on a local port and writes its replies
+    # to a folder instead of an SMTP relay.
     assert example.channels.email.enabled is True
     assert example.channels.email.listen_host == "127.0.0.1"
+    assert example.channels.email.outbound.mode == "files"
+    assert defaults.channels.email.outbound.mode == "smtp"
 
 
 def test_example_config_takes_the_anthropic_key_from_the_environment():

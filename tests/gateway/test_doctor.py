@@ -13,6 +13,8 @@ from tests.e2e.harness import free_port
 from tests.fakes.anthropic_api import FakeAnthropicAPI
 from tests.fakes.slack_api import SIGNING_SECRET, FakeSlackAPI
 
+EXAMPLE = Path(__file__).parents[2] / "config" / "gateway.example.yaml"
+
 
 def write_config(tmp_path: Path, **sections: object) -> Path:
     path = tmp_path / "gateway.yaml"
@@ -79,3 +81,46 @@ def test_an_unreachable_smtp_server_fails_its_check(
     code, results = doctor(path, capsys)
     assert code == 1
     assert results["smtp (outbound)"]["status"] == "fail"
+
+
+def test_the_example_config_passes_with_replies_written_to_a_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # the offline model, no network
+    example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    assert example["channels"]["email"]["outbound"]["mode"] == "files"
+    example["storage"]["database_url"] = f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+    example["storage"]["transcripts"]["local_path"] = str(tmp_path / "transcripts")
+    example["channels"]["email"]["outbound"]["directory"] = str(tmp_path / "var" / "outbox")
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(example))
+    assert main(["db", "upgrade", "--config", str(path)]) == 0
+    capsys.readouterr()
+
+    code, results = doctor(path, capsys)
+
+    assert code == 0, results
+    assert results["smtp (outbound)"]["status"] == "pass"
+    assert (
+        results["smtp (outbound)"]["detail"] == f"writes replies to {tmp_path / 'var' / 'outbox'}"
+    )
+    assert list((tmp_path / "var" / "outbox").iterdir()) == []  # the probe is removed
+
+
+def test_an_unwritable_reply_folder_fails_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "outbox").write_text("a file where the folder should be")
+    path = write_config(
+        tmp_path,
+        channels={
+            "email": {
+                "enabled": True,
+                "outbound": {"mode": "files", "directory": str(tmp_path / "outbox")},
+            }
+        },
+    )
+    code, results = doctor(path, capsys)
+    assert code == 1
+    assert results["smtp (outbound)"]["status"] == "fail"
+    assert "outbox" in results["smtp (outbound)"]["detail"]
