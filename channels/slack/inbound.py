@@ -145,8 +145,7 @@ class SlackInbound:
 
     async def _addressed_to_us(self, event: Mapping[str, Any], message: ChannelMessage) -> bool:
         """Mentions and DMs are; a reply in a channel thread only when the thread is ours."""
-        direct = event.get("channel_type") == "im" or message.channel_id.startswith("D")
-        if event.get("type") == "app_mention" or direct:
+        if event.get("type") == "app_mention" or message.is_private:
             return True
         key = (message.channel_id, message.thread_id)
         if self._mention_threads.get(key):

@@ -32,13 +32,14 @@ IGNORED_SUBTYPES = frozenset(
 
 
 # Slack conversation ids: D… is a direct message with the app; G… a group DM or private
-# channel; C… a channel. Posting to a user id (U…, W…) delivers to the app's DM with them.
-DIRECT_PREFIX = "D"
+# channel; C… a channel. Posting to a user id (U…, W…) delivers to the app's DM with them, so
+# those are the places only the user and the app share.
+DIRECT_PREFIXES = ("D", "U", "W")
 
 
 def conversation_of(channel: str, channel_type: object = None) -> Conversation:
     """Who reads a Slack conversation: the user alone (a DM), a group, or a channel."""
-    if channel_type == "im" or channel.startswith(DIRECT_PREFIX):
+    if channel_type == "im" or channel.startswith(DIRECT_PREFIXES):
         return Conversation.DIRECT
     if channel_type in ("mpim", "group") or channel.startswith("G"):
         return Conversation.GROUP
@@ -150,7 +151,7 @@ def parse_slack_event(
         raise ChannelPayloadError("a message event needs 'channel' and 'ts'")
     text = str(event.get("text") or "")
     thread_ts = str(event.get("thread_ts") or "")
-    direct = event.get("channel_type") == "im" or channel.startswith(DIRECT_PREFIX)
+    direct = event.get("channel_type") == "im" or channel.startswith(DIRECT_PREFIXES)
     mentions_bot = bool(bot_user) and f"<@{bot_user}" in text
     if kind == "message" and not direct and (mentions_bot or not thread_ts):
         return None  # mentions come as app_mention; other channel chatter is not for us

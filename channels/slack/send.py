@@ -14,6 +14,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import DeliveryReceipt, OutboundMessage
 from channels.slack.format import markdown_to_mrkdwn, split_for_slack
+from channels.slack.parse import DIRECT_PREFIXES
 from errors import DeliveryError
 
 log = structlog.stdlib.get_logger(__name__)
@@ -36,9 +37,6 @@ PERMANENT_ERRORS = frozenset(
         "user_not_found",
     }
 )
-# Conversations only the user and the app share: a DM (D…), or a user id (U…, W…), which Slack
-# delivers to the app's DM with that user.
-DIRECT_CONVERSATION_PREFIXES = ("D", "U", "W")
 
 
 class SlackSender:
@@ -59,7 +57,7 @@ class SlackSender:
         context = message.reply_context
         channel = str(context.get("channel") or message.channel_id)
         thread_ts = context.get("thread_ts") or message.thread_id or None
-        if message.file is not None and not channel.startswith(DIRECT_CONVERSATION_PREFIXES):
+        if message.file is not None and not channel.startswith(DIRECT_PREFIXES):
             # Files are exports of a whole session, DMs included; the commands send them only
             # to DMs, and this refuses the whole reply (its text names the file and a link)
             # should one ever be addressed to a channel.
