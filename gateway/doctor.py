@@ -80,6 +80,10 @@ async def check_database(config: GatewayConfig) -> str:
         head = database.head_revision()
     finally:
         await database.dispose()
+    behind = current is None or current in database.known_revisions()
+    if current != head and behind and config.storage.auto_migrate:
+        # `gateway run` migrates it before it serves (a fresh checkout has no database yet).
+        return f"{database.display_url} at revision {current}; `gateway run` migrates it to {head}"
     if current != head:
         raise RuntimeError(
             f"{database.display_url} is at revision {current}, not {head}: run `gateway db upgrade`"

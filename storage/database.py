@@ -162,6 +162,14 @@ class Database:
 
         return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
+    @staticmethod
+    def known_revisions() -> frozenset[str]:
+        """Every migration revision shipped with the code."""
+        from alembic.script import ScriptDirectory  # noqa: PLC0415
+
+        scripts = ScriptDirectory.from_config(alembic_config())
+        return frozenset(script.revision for script in scripts.walk_revisions())
+
     async def dispose(self) -> None:
         """Close every pooled connection."""
         await self.engine.dispose()

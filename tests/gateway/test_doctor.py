@@ -21,6 +21,7 @@ def write_config(tmp_path: Path, **sections: object) -> Path:
     config = {
         "storage": {
             "database_url": f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}",
+            "auto_migrate": False,
             "transcripts": {"local_path": str(tmp_path / "transcripts")},
         },
         **sections,
@@ -124,3 +125,16 @@ def test_an_unwritable_reply_folder_fails_the_check(
     assert code == 1
     assert results["smtp (outbound)"]["status"] == "fail"
     assert "outbox" in results["smtp (outbound)"]["detail"]
+
+
+def test_an_unmigrated_database_passes_when_the_gateway_migrates_it_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_config(tmp_path)
+    config = yaml.safe_load(path.read_text())
+    config["storage"]["auto_migrate"] = True
+    path.write_text(yaml.safe_dump(config))
+    code, results = doctor(path, capsys)
+    assert results["database"]["status"] == "pass"
+    assert "`gateway run` migrates it" in results["database"]["detail"]
+    assert code == 0
