@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config/gateway.example.yaml
-PACKAGES := errors gateway channels sessions storage
+PACKAGES := primitives errors gateway channels sessions storage
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
 .PHONY: install run test lint format pytest lock clean

@@ -21,6 +21,7 @@ from errors import GatewayError
 from gateway.identity import IdentityResolver, ResolvedUser
 from gateway.log import get_logger
 from gateway.turns import QueuedEvent, TurnProcessor
+from primitives.single_flight import SingleFlight
 from storage.database import Database
 from storage.locks import TurnLocks
 from storage.repositories.inbox import InboxRepository
@@ -51,11 +52,11 @@ class Dispatcher:
         self.poll_interval = poll_interval
         self._slots = asyncio.Semaphore(max_concurrent_turns)
         self._wake = asyncio.Event()
-        self._draining: set[str] = set()
-        self._again: set[str] = set()
         self._hints: set[str] = set()
-        self._resolving: set[str] = set()
-        self._resolve_again: set[str] = set()
+        # One drain per user and one resolve per sender at a time; asked again while it runs
+        # (it may have read the queue already), it runs once more when it ends.
+        self._drains = SingleFlight()
+        self._resolves = SingleFlight()
         self._resolve_slots = asyncio.Semaphore(RESOLVE_SLOTS)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -116,17 +117,15 @@ class Dispatcher:
             known = self.identities.cached_sender(sender)
             if known is not None:
                 self._drain_now(known)
-            elif sender in self._resolving:
-                # The running lookup may have read the sender's events already: once more.
-                self._resolve_again.add(sender)
             else:
                 self._start_resolve(sender)
 
     def _start_resolve(self, sender: str) -> None:
         # A sender not seen lately takes a few round trips to resolve (or provision): done
-        # beside the other senders, not one after another.
-        self._resolving.add(sender)
-        self._track(asyncio.create_task(self._resolve(sender), name=f"resolve:{sender}"))
+        # beside the other senders, not one after another. One already under way may have
+        # read the sender's events already: it runs once more instead.
+        if self._resolves.begin(sender):
+            self._track(asyncio.create_task(self._resolve(sender), name=f"resolve:{sender}"))
 
     async def _resolve(self, sender: str) -> None:
         user = None
@@ -136,30 +135,22 @@ class Dispatcher:
         except (GatewayError, OSError) as exc:
             log.error("dispatcher.resolve_failed", sender=sender, error=str(exc))
         finally:
-            self._resolving.discard(sender)
+            again = self._resolves.end(sender)
         if self._stopping:
             return
         if user is not None:
-            self._resolve_again.discard(sender)
-            self._drain_now(user)
-        elif sender in self._resolve_again:
-            self._resolve_again.discard(sender)
+            self._drain_now(user)  # the drain reads the queue: no second resolve needed
+        elif again:
             self._start_resolve(sender)
 
     def _drain_now(self, user: ResolvedUser) -> None:
-        if user.user_id in self._draining:
-            # The running drain may already have looked at the queue: run once more.
-            self._again.add(user.user_id)
-        else:
-            self._start_drain(user)
+        # A running drain may already have looked at the queue: it runs once more instead.
+        if self._drains.begin(user.user_id):
+            self._track(asyncio.create_task(self._drain(user), name=f"drain:{user.user_id}"))
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def _start_drain(self, user: ResolvedUser) -> None:
-        self._draining.add(user.user_id)
-        self._track(asyncio.create_task(self._drain(user), name=f"drain:{user.user_id}"))
 
     async def _user_of(self, sender: str) -> ResolvedUser | None:
         """The sender's user; unknown senders' events are rejected here (None)."""
@@ -191,10 +182,8 @@ class Dispatcher:
             # Typically the database going away; the events stay pending for the next pass.
             log.error("dispatcher.drain_failed", user_id=user.user_id, error=str(exc))
         finally:
-            self._draining.discard(user.user_id)
-            if user.user_id in self._again and not self._stopping:
-                self._again.discard(user.user_id)
-                self._start_drain(user)
+            if self._drains.end(user.user_id) and not self._stopping:
+                self._drain_now(user)
 
     async def _drain_held(self, user: ResolvedUser) -> None:
         keys = await self.identities.identity_keys(user.user_id)
@@ -215,5 +204,5 @@ class Dispatcher:
                 if len(events) < DRAIN_BATCH:
                     # The queue was shorter than a batch and is answered. What arrived since
                     # is not missed without reading again: this process's inbox reschedules
-                    # the user (`notify` → `_again`), another process's poll finds it.
+                    # the user (`notify` → `_drains`), another process's poll finds it.
                     return

@@ -11,7 +11,6 @@ their workspace, tenant or email domain is on the allow-list.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -19,12 +18,14 @@ from channels.base import ChannelMessage
 from gateway.inbox import normalise_identifier
 from gateway.log import get_logger
 from gateway.settings import GatewayConfig, IdentityConfig
+from primitives.bounded_cache import BoundedCache
 from storage.database import Database
 from storage.repositories.users import OrganizationRepository, UserRepository, identity_conflict
 
 log = get_logger(__name__)
 
 DEFAULT_ORG_ID = "default"
+CACHED_LOOKUPS = 100_000  # senders, and users' identity keys, kept at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,17 +131,13 @@ class IdentityResolver:
     ) -> None:
         self.database = database
         self.config = config
-        self.cache_ttl = cache_ttl
         self.email_lookups = dict(email_lookups or {})
-        self._cache: dict[str, tuple[float, ResolvedUser]] = {}
-        self._keys_cache: dict[str, tuple[float, list[str]]] = {}
+        self._cache: BoundedCache[str, ResolvedUser] = BoundedCache(CACHED_LOOKUPS, ttl=cache_ttl)
+        self._keys_cache: BoundedCache[str, list[str]] = BoundedCache(CACHED_LOOKUPS, ttl=cache_ttl)
 
     def cached_sender(self, sender_key: str) -> ResolvedUser | None:
         """The sender key's user if it was looked up lately, without asking the database."""
-        cached = self._cache.get(sender_key)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
-        return None
+        return self._cache.get(sender_key)
 
     async def known_sender(self, sender_key: str) -> ResolvedUser | None:
         """The user owning a sender key (`channel:external id`), or None if nobody does."""
@@ -151,16 +148,14 @@ class IdentityResolver:
         async with self.database.session() as session:
             user = await UserRepository(session).find_by_identity(channel, external_id)
         if user is None:
-            self._cache.pop(sender_key, None)
+            self._cache.pop(sender_key)
             return None
         return self._remember(
             sender_key, ResolvedUser(user.id, user.org_id, user.display_name, user.provisioned)
         )
 
     def _remember(self, sender_key: str, resolved: ResolvedUser) -> ResolvedUser:
-        if len(self._cache) > 100_000:
-            self._cache.clear()
-        self._cache[sender_key] = (time.monotonic() + self.cache_ttl, resolved)
+        self._cache.put(sender_key, resolved)
         return resolved
 
     async def resolve(self, message: ChannelMessage) -> ResolvedUser | None:
@@ -206,7 +201,7 @@ class IdentityResolver:
             if user is None or user.provisioned:
                 return None
             await users.link_identity(user.id, channel, external_id)
-        self._keys_cache.pop(user.id, None)
+        self._keys_cache.pop(user.id)
         log.info("identity.linked_by_email", user_id=user.id, channel=channel)
         return ResolvedUser(user.id, user.org_id, user.display_name, user.provisioned)
 
@@ -214,12 +209,10 @@ class IdentityResolver:
         """Every sender key of the user: the queues the dispatcher drains for them (cached
         like known senders)."""
         cached = self._keys_cache.get(user_id)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
+        if cached is not None:
+            return cached
         async with self.database.session() as session:
             identities = await UserRepository(session).identities(user_id)
         keys = [f"{identity.channel_type}:{identity.external_id}" for identity in identities]
-        if len(self._keys_cache) > 100_000:
-            self._keys_cache.clear()
-        self._keys_cache[user_id] = (time.monotonic() + self.cache_ttl, keys)
+        self._keys_cache.put(user_id, keys)
         return keys

@@ -20,15 +20,14 @@ Every cache is bounded (least recently used entries go first).
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from primitives.bounded_cache import BoundedCache
 from sessions.compaction import as_history
 from sessions.context import HistoryMessage
 from sessions.memory import RetentionPolicy
@@ -38,57 +37,6 @@ from storage.repositories.memory import MemoryRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import OrganizationRepository
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class BoundedLRU(Generic[K, V]):
-    """A mapping that forgets its least recently used entries beyond `max_weight`.
-
-    `weigh` gives an entry's weight (1 each by default), so a cache of lists can be bounded by
-    the items it holds rather than by the number of lists.
-    """
-
-    def __init__(self, max_weight: int, weigh: Callable[[V], int] = lambda _value: 1) -> None:
-        self.max_weight = max_weight
-        self.weigh = weigh
-        self.weight = 0
-        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: K) -> V | None:
-        """The entry (now the most recently used), or None."""
-        found = self._entries.get(key)
-        if found is None:
-            return None
-        self._entries.move_to_end(key)
-        return found[0]
-
-    def put(self, key: K, value: V) -> None:
-        """Store `value`, then drop the least recently used entries over the bound."""
-        self.pop(key)
-        weight = self.weigh(value)
-        self._entries[key] = (value, weight)
-        self.weight += weight
-        while self.weight > self.max_weight and len(self._entries) > 1:
-            _, (_, dropped) = self._entries.popitem(last=False)
-            self.weight -= dropped
-
-    def pop(self, key: K) -> V | None:
-        """Remove and return the entry, or None."""
-        found = self._entries.pop(key, None)
-        if found is None:
-            return None
-        self.weight -= found[1]
-        return found[0]
-
-    def clear(self) -> None:
-        """Forget everything."""
-        self._entries.clear()
-        self.weight = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +54,8 @@ class HistoryCache:
     """Each session's history since its last compaction, read once and then extended."""
 
     def __init__(self, max_messages: int = 200_000) -> None:
-        self._entries: BoundedLRU[str, SessionHistory] = BoundedLRU(
-            max_messages, lambda history: len(history.messages) + 1
+        self._entries: BoundedCache[str, SessionHistory] = BoundedCache(
+            max_messages, weigh=lambda history: len(history.messages) + 1
         )
 
     async def read(self, db: AsyncSession, session: Session) -> SessionHistory:
@@ -178,28 +126,25 @@ class HistoryCache:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Timed(Generic[V]):
-    value: V
-    read_at: float
+class _Unread(enum.Enum):
+    """The cache holds nothing for the key (as opposed to holding "no such organization")."""
+
+    UNREAD = enum.auto()
 
 
 class OrganizationCache:
     """Organizations by id, each read at most once per `ttl` seconds."""
 
     def __init__(self, ttl: float = 60.0, max_entries: int = 10_000) -> None:
-        self.ttl = ttl
-        self._entries: BoundedLRU[str, _Timed[Organization | None]] = BoundedLRU(max_entries)
+        self._entries: BoundedCache[str, Organization | None] = BoundedCache(max_entries, ttl=ttl)
 
     async def get(self, db: AsyncSession, org_id: str) -> Organization | None:
         """The organization (detached from `db`), or None."""
-        now = time.monotonic()
-        cached = self._entries.get(org_id)
-        if cached is None or now - cached.read_at > self.ttl:
-            found = await OrganizationRepository(db).get(org_id)
-            cached = _Timed(found, now)
+        cached = self._entries.get(org_id, _Unread.UNREAD)
+        if cached is _Unread.UNREAD:
+            cached = await OrganizationRepository(db).get(org_id)
             self._entries.put(org_id, cached)
-        return cached.value
+        return cached
 
     def clear(self) -> None:
         """Forget every organization (the configuration was applied again)."""
@@ -230,16 +175,14 @@ class MemoryCache:
         # One more than shown: the current session's own summary may be among them.
         self.max_summaries = max_summaries + 1
         self.retention = retention
-        self.ttl = ttl
-        self._entries: BoundedLRU[str, _Timed[UserMemory]] = BoundedLRU(max_users)
+        self._entries: BoundedCache[str, UserMemory] = BoundedCache(max_users, ttl=ttl)
 
     async def read(
         self, db: AsyncSession, user_id: str, now: datetime
     ) -> tuple[tuple[str, ...], tuple[SessionSummary, ...]]:
         """The user's facts (oldest first) and summaries within the retention window."""
-        clock = time.monotonic()
         cached = self._entries.get(user_id)
-        if cached is None or clock - cached.read_at > self.ttl:
+        if cached is None:
             facts = await MemoryRepository(db).facts(user_id, limit=self.max_facts)
             summaries = await SummaryRepository(db).recent(
                 user_id,
@@ -247,15 +190,11 @@ class MemoryCache:
                 exclude_session_id=None,
                 limit=self.max_summaries,
             )
-            cached = _Timed(
-                UserMemory(tuple(f.fact for f in reversed(facts)), tuple(summaries)), clock
-            )
+            cached = UserMemory(tuple(f.fact for f in reversed(facts)), tuple(summaries))
             self._entries.put(user_id, cached)
         cutoff = self.retention.cutoff(now)
         # Summaries only age out of the window between reads; none can enter it unseen.
-        return cached.value.facts, tuple(
-            s for s in cached.value.summaries if s.created_at >= cutoff
-        )
+        return cached.facts, tuple(s for s in cached.summaries if s.created_at >= cutoff)
 
     def forget(self, user_id: str) -> None:
         """Drop the user's entry (this process just wrote a fact or a summary)."""

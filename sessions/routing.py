@@ -20,6 +20,7 @@ from typing import Literal
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from primitives.bounded_cache import BoundedCache
 from sessions.lifecycle import transition
 from storage.database import Database
 from storage.models import Session, SessionStatus
@@ -29,6 +30,8 @@ from storage.repositories.sessions import SessionRepository
 log = structlog.stdlib.get_logger(__name__)
 
 Scope = Literal["user", "channel"]
+
+KNOWN_THREADS = 100_000  # threads remembered as owned by a session
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,26 +163,25 @@ def _reactivate(candidate: Session, *, now: datetime, reason: str) -> bool:
 class SessionThreads:
     """Which threads of a channel belong to a session (the Slack adapter's thread directory).
 
-    A thread never stops belonging to its session, so positive answers are cached.
+    A thread never stops belonging to its session, so positive answers are cached (the
+    `KNOWN_THREADS` most recently asked about).
     """
 
     def __init__(self, database: Database, channel_type: str) -> None:
         self.database = database
         self.channel_type = channel_type
-        self._known: set[tuple[str, str]] = set()
+        self._known: BoundedCache[tuple[str, str], bool] = BoundedCache(KNOWN_THREADS)
 
     async def has_thread(self, channel_id: str, thread_id: str) -> bool:
         """True when a session owns the thread `thread_id` in `channel_id`."""
         key = (channel_id, thread_id)
-        if key in self._known:
-            return True
+        if self._known.get(key):
+            return True  # `get`, not `in`: a thread in use stays among the most recent
         async with self.database.session() as session:
             owner = await SessionRepository(session).find_by_thread(
                 self.channel_type, channel_id, thread_id
             )
         if owner is None:
             return False
-        if len(self._known) > 100_000:
-            self._known.clear()
-        self._known.add(key)
+        self._known.put(key, True)
         return True

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sessions.context import HistoryMessage
-from sessions.context_cache import BoundedLRU, HistoryCache
+from sessions.context_cache import HistoryCache
 from storage.database import Database
 from storage.models import SessionCompaction
 from storage.repositories.compactions import CompactionRepository
@@ -95,13 +95,3 @@ async def test_a_compaction_makes_the_cache_read_the_window_again(database: Data
         assert session is not None
         history = await cache.read(db, session)
     assert (history.summary, [m.content for m in history.messages]) == ("one and two", ["three"])
-
-
-def test_the_lru_forgets_the_least_recently_used_beyond_its_weight() -> None:
-    cache: BoundedLRU[str, list[int]] = BoundedLRU(5, len)
-    cache.put("a", [1, 2])
-    cache.put("b", [1, 2])
-    assert cache.get("a") == [1, 2]  # now the most recently used
-    cache.put("c", [1, 2])
-    assert (cache.get("a"), cache.get("b"), cache.get("c")) == ([1, 2], None, [1, 2])
-    assert cache.weight == 4
