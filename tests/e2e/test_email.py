@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from storage.models import Session, SessionMessage
-from tests.channels.test_email_channel import (
+from tests.channels.test_email_smtp_server import (
     APPLE_FORWARD,
     GMAIL_FORWARD,
     OUTLOOK_FORWARD,
