@@ -1,17 +1,12 @@
-"""The email channel over real SMTP on loopback: mail sent with smtplib/aiosmtplib to the
-running server reaches the inbox (or gets a clear SMTP answer); replies sent by `send()` arrive
-at an aiosmtpd sink with threading headers; a reply to a reply continues the thread."""
+"""The email channel's SMTP server on loopback: mail sent with smtplib/aiosmtplib reaches the
+inbox or gets a clear SMTP answer; sender authentication; STARTTLS; the bound port."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import datetime as dt
-import smtplib
 import ssl
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field, replace
-from email.message import EmailMessage
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,180 +18,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from channels.base import AcceptResult, ChannelMessage, ChannelType, OutboundMessage
-from channels.email.adapter import EmailChannel, EmailSettings
+from channels.base import ChannelType
 from channels.email.auth import DnsTemporaryError
-from errors import DeliveryError, StorageError
-from tests.fakes.smtp_sink import SmtpSink
-
-ASSISTANT = "assistant@acme.example"
-NOW = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
-
-
-@dataclass
-class MemoryInbox:
-    """Commits in memory, dedupes on message id, or fails as told."""
-
-    messages: list[ChannelMessage] = field(default_factory=list)
-    failure: Exception | None = None
-
-    async def accept(self, message: ChannelMessage) -> AcceptResult:
-        if self.failure is not None:
-            raise self.failure
-        duplicate = any(seen.message_id == message.message_id for seen in self.messages)
-        if not duplicate:
-            self.messages.append(message)
-        return AcceptResult(accepted=not duplicate, message_id=message.message_id)
-
-
-@dataclass
-class SentLog:
-    """Our replies by id, as the gateway's outbox would answer."""
-
-    texts_by_id: dict[str, str] = field(default_factory=dict)
-    asked: list[list[str]] = field(default_factory=list)
-
-    async def texts(self, message_ids: Sequence[str]) -> list[str]:
-        self.asked.append(list(message_ids))
-        return [self.texts_by_id[i] for i in message_ids if i in self.texts_by_id]
-
-
-def settings(sink_port: int = 9, **overrides: Any) -> EmailSettings:
-    values: dict[str, Any] = {
-        "addresses": (ASSISTANT,),
-        "listen_host": "127.0.0.1",
-        "listen_port": 0,
-        "max_message_bytes": 200_000,
-        "auth_mode": "off",
-        "trusted_authserv_id": None,
-        "outbound_host": "127.0.0.1",
-        "outbound_port": sink_port,
-        "outbound_starttls": False,
-        "outbound_username": "",
-        "outbound_password": "",
-    }
-    values.update(overrides)
-    return EmailSettings(**values)
-
-
-@dataclass
-class Harness:
-    channel: EmailChannel
-    inbox: MemoryInbox
-    sent: SentLog
-    rejected: list[tuple[int, str]]
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    server = SmtpSink()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def make_channel(sink: SmtpSink) -> AsyncIterator[Any]:
-    started: list[EmailChannel] = []
-
-    async def make(resolver: Any = None, **overrides: Any) -> Harness:
-        inbox, sent, rejected = MemoryInbox(), SentLog(), []
-        extra = {"resolver": resolver} if resolver is not None else {}
-        channel = EmailChannel(
-            settings(sink.port, **overrides),
-            inbox,
-            clock=lambda: NOW,
-            sent=sent,
-            on_rejected=lambda status, reason: rejected.append((status, reason)),
-            **extra,
-        )
-        await channel.start()
-        started.append(channel)
-        return Harness(channel, inbox, sent, rejected)
-
-    yield make
-    for channel in started:
-        await channel.stop()
-
-
-def mail(
-    body: str,
-    *,
-    subject: str = "Hello",
-    sender: str = "Alice Example <alice@example.com>",
-    message_id: str = "<m1@example.com>",
-    **headers: str,
-) -> bytes:
-    message = EmailMessage()
-    message["From"] = sender
-    message["To"] = ASSISTANT
-    message["Subject"] = subject
-    message["Message-ID"] = message_id
-    message["Date"] = "Sat, 01 Mar 2025 10:00:00 +0000"
-    for name, value in headers.items():
-        message[name.replace("_", "-")] = value
-    message.set_content(body)
-    return message.as_bytes()
-
-
-async def deliver(
-    port: int, data: bytes, *, mail_from: str = "alice@example.com", to: str = ASSISTANT
-) -> None:
-    if not mail_from:  # a null reverse-path (bounces), which aiosmtplib will not send
-        await asyncio.to_thread(_smtplib_send, port, data, mail_from="")
-        return
-    await aiosmtplib.send(
-        data, sender=mail_from, recipients=[to], hostname="127.0.0.1", port=port, start_tls=False
-    )
-
-
-async def smtp_code(port: int, data: bytes, **kwargs: Any) -> int:
-    """The SMTP code a delivery attempt ends with (250 when accepted)."""
-    try:
-        await deliver(port, data, **kwargs)
-    except aiosmtplib.SMTPRecipientsRefused as exc:
-        return exc.recipients[0].code
-    except aiosmtplib.SMTPResponseException as exc:
-        return exc.code
-    except smtplib.SMTPResponseException as exc:
-        return exc.smtp_code
-    return 250
-
-
-GMAIL_FORWARD = """Could you summarise this thread for me?
-
----------- Forwarded message ---------
-From: Bob Builder <bob@example.org>
-Date: Mon, Feb 3, 2025 at 9:00 AM
-Subject: Budget 2025
-To: Alice <alice@example.com>
-
-
-The budget is 10k, split across four quarters.
-"""
-
-OUTLOOK_FORWARD = """Could you summarise this thread for me?
-
-________________________________
-From: Bob Builder <bob@example.org>
-Sent: Monday, February 3, 2025 9:00 AM
-To: Alice <alice@example.com>
-Subject: Budget 2025
-
-The budget is 10k, split across four quarters.
-"""
-
-APPLE_FORWARD = """Could you summarise this thread for me?
-
-Begin forwarded message:
-
-> From: Bob Builder <bob@example.org>
-> Subject: Budget 2025
-> Date: 3 February 2025 at 09:00:00 CET
-> To: Alice <alice@example.com>
->
-> The budget is 10k, split across four quarters.
-"""
+from errors import StorageError
+from tests.channels.email_channel_harness import NOW, settings
+from tests.channels.email_mail import (
+    APPLE_FORWARD,
+    ASSISTANT,
+    GMAIL_FORWARD,
+    OUTLOOK_FORWARD,
+    deliver,
+    mail,
+    smtp_code,
+)
 
 
 @pytest.mark.parametrize(
@@ -230,132 +64,6 @@ async def test_a_forward_over_smtp_is_committed_then_acknowledged(
     assert message.forwarded.body == "The budget is 10k, split across four quarters."
     assert message.timestamp == NOW
     assert message.raw["auth"]["mode"] == "off"
-
-
-async def test_the_round_trip_forward_reply_and_reply_to_the_reply(
-    make_channel: Any, sink: SmtpSink
-) -> None:
-    h = await make_channel()
-    await asyncio.to_thread(
-        _smtplib_send, h.channel.port, mail(GMAIL_FORWARD, subject="Fwd: Budget 2025")
-    )
-    [inbound] = h.inbox.messages
-
-    answer = "The budget for 2025 is ten thousand, split evenly across the four quarters."
-    outbound = OutboundMessage(
-        message_id="out-7f3a",
-        channel_type=ChannelType.EMAIL,
-        channel_id=inbound.channel_id,
-        content=answer,
-        thread_id=inbound.thread_id,
-        in_reply_to=inbound.message_id,
-        reply_context=dict(inbound.reply_context),
-    )
-    receipt = await h.channel.send(outbound)
-    [delivery] = await sink.wait_for(1)
-    reply = delivery.message
-    assert receipt.platform_message_id == "reply.out-7f3a@acme.example"
-    assert reply["Message-ID"] == "<reply.out-7f3a@acme.example>"
-    assert reply["In-Reply-To"] == "<m1@example.com>"
-    assert reply["References"] == "<m1@example.com>"
-    assert reply["Subject"] == "Re: Fwd: Budget 2025"
-    assert reply["From"] == ASSISTANT
-    assert reply["To"] == "Alice Example <alice@example.com>"
-    assert reply["Auto-Submitted"] == "auto-replied"
-    assert delivery.rcpt_tos == ["alice@example.com"]
-    assert reply.get_body(preferencelist=("plain",)).get_content().strip() == answer
-    assert "<p>The budget for 2025" in reply.get_body(preferencelist=("html",)).get_content()
-
-    h.sent.texts_by_id[receipt.platform_message_id] = answer
-    quoted = "\n".join(f"> {line}" for line in _wrap(answer))
-    follow_up = mail(
-        f"And what about 2026?\n\nOn Sat, 1 Mar 2025, {ASSISTANT} wrote:\n{quoted}\n",
-        subject=str(reply["Subject"]),
-        message_id="<m2@example.com>",
-        In_Reply_To=str(reply["Message-ID"]),
-        References=f"{reply['References']} {reply['Message-ID']}",
-    )
-    await deliver(h.channel.port, follow_up)
-    second = h.inbox.messages[1]
-    assert receipt.platform_message_id in second.references
-    assert second.thread_id == inbound.thread_id  # the same thread: the root Message-ID
-    assert second.content == "And what about 2026?"
-    assert h.sent.asked == [["reply.out-7f3a@acme.example", "m1@example.com"]]
-
-
-def _wrap(text: str, width: int = 40) -> list[str]:
-    lines, line = [], ""
-    for word in text.split():
-        if len(line) + len(word) > width:
-            lines.append(line.strip())
-            line = ""
-        line += word + " "
-    return [*lines, line.strip()]
-
-
-def _smtplib_send(port: int, data: bytes, mail_from: str = "alice@example.com") -> None:
-    with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
-        client.sendmail(mail_from, [ASSISTANT], data)
-
-
-async def test_a_retried_send_reuses_the_same_message_id(make_channel: Any, sink: SmtpSink) -> None:
-    h = await make_channel()
-    outbound = OutboundMessage(
-        message_id="out-1",
-        channel_type=ChannelType.EMAIL,
-        channel_id=ASSISTANT,
-        content="Hi",
-        reply_context={"reply_to": "alice@example.com", "subject": "Q", "message_id": "m1@x"},
-    )
-    first = await h.channel.send(outbound)
-    second = await h.channel.send(outbound)
-    deliveries = await sink.wait_for(2)
-    assert first == second
-    assert deliveries[0].message["Message-ID"] == deliveries[1].message["Message-ID"]
-
-
-@pytest.mark.parametrize(
-    ("status", "permanent"), [("451 4.3.0 Try later", False), ("550 5.1.1 No such user", True)]
-)
-async def test_smtp_failures_map_to_retryable_or_permanent(
-    make_channel: Any, sink: SmtpSink, status: str, permanent: bool
-) -> None:
-    h = await make_channel()
-    sink.fail_next(status)
-    outbound = OutboundMessage(
-        message_id="out-2",
-        channel_type=ChannelType.EMAIL,
-        channel_id=ASSISTANT,
-        content="Hi",
-        reply_context={"reply_to": "alice@example.com"},
-    )
-    with pytest.raises(DeliveryError) as caught:
-        await h.channel.send(outbound)
-    assert caught.value.permanent is permanent
-
-
-async def test_an_unreachable_relay_is_retryable(make_channel: Any) -> None:
-    h = await make_channel(outbound_port=1)
-    outbound = OutboundMessage(
-        message_id="out-3",
-        channel_type=ChannelType.EMAIL,
-        channel_id=ASSISTANT,
-        content="Hi",
-        reply_context={"reply_to": "alice@example.com"},
-    )
-    with pytest.raises(DeliveryError) as caught:
-        await h.channel.send(outbound)
-    assert not caught.value.permanent
-
-
-async def test_a_reply_without_an_address_to_answer_is_permanent(make_channel: Any) -> None:
-    h = await make_channel()
-    outbound = OutboundMessage(
-        message_id="out-4", channel_type=ChannelType.EMAIL, channel_id=ASSISTANT, content="Hi"
-    )
-    with pytest.raises(DeliveryError) as caught:
-        await h.channel.send(outbound)
-    assert caught.value.permanent
 
 
 async def test_other_recipients_are_refused_with_550(make_channel: Any) -> None:

@@ -1,209 +1,33 @@
-"""The Teams channel served by a real uvicorn on loopback, against a fake Bot Framework (OpenID
-metadata, token endpoint, Bot Connector) with real RS256 tokens and the real botbuilder SDK."""
+"""Activities into the Teams channel served by a real uvicorn on loopback, against a fake Bot
+Framework (OpenID metadata, token endpoint, Bot Connector) with real RS256 tokens and the real
+botbuilder SDK: what is accepted and answered, and what is refused with which status."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
-
-import httpx
 import pytest
-import uvicorn
-from starlette.applications import Starlette
 from structlog.testing import capture_logs
 
-from channels.base import AcceptResult, ChannelMessage, ChannelType, OutboundMessage
-from channels.teams.adapter import TeamsChannel, TeamsSettings
-from errors import ConfigError, DeliveryError, StorageError
+from channels.base import ChannelType
+from errors import StorageError
+from tests.channels.teams_activities import (
+    ALICE_AAD,
+    PERSONAL_CONVERSATION,
+    TEAM_CHANNEL,
+    TENANT,
+    channel_mention,
+    personal_message,
+)
+from tests.channels.teams_channel_harness import (
+    ServedChannel,
+    reply_to,
+    serve_channel,
+)
 from tests.fakes.bot_framework import (
     APP_ID,
-    APP_PASSWORD,
     FakeBotFramework,
     free_port,
     stranger_key,
 )
-
-NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
-TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
-ALICE_AAD = "6b4d2c1e-0000-4000-8000-00000000a11c"
-PERSONAL_CONVERSATION = "a:1personal-chat-with-alice"
-TEAM_CHANNEL = "19:general-channel@thread.tacv2"
-
-
-class RecordingInbox:
-    """An InboxPort that keeps what it accepted; duplicates (same message id) are recognised."""
-
-    def __init__(self) -> None:
-        self.accepted: list[ChannelMessage] = []
-        self.calls = 0
-        self.failure: StorageError | None = None
-
-    async def accept(self, message: ChannelMessage) -> AcceptResult:
-        self.calls += 1
-        if self.failure is not None:
-            raise self.failure
-        duplicate = any(seen.message_id == message.message_id for seen in self.accepted)
-        if not duplicate:
-            self.accepted.append(message)
-        return AcceptResult(accepted=not duplicate, message_id=message.message_id)
-
-
-class _QuietServer(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-@dataclass
-class ServedChannel:
-    channel: TeamsChannel
-    inbox: RecordingInbox
-    fake: FakeBotFramework
-    client: httpx.AsyncClient
-    rejections: list[tuple[int, str]] = field(default_factory=list)
-
-    async def post(
-        self, activity: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> httpx.Response:
-        headers = self.fake.bearer() if headers is None else headers
-        return await self.client.post("/api/messages", json=activity, headers=headers)
-
-
-@contextlib.asynccontextmanager
-async def serve_channel(fake: FakeBotFramework, **overrides: Any) -> AsyncIterator[ServedChannel]:
-    """The channel's routes in a Starlette app on a free loopback port."""
-    settings = TeamsSettings(
-        **{
-            "app_id": APP_ID,
-            "app_password": APP_PASSWORD,
-            "tenant_ids": (TENANT,),
-            "openid_metadata_url": fake.openid_metadata_url,
-            "oauth_token_url": fake.token_url,
-            **overrides,
-        }
-    )
-    inbox = RecordingInbox()
-    rejections: list[tuple[int, str]] = []
-    channel = TeamsChannel(
-        settings,
-        inbox,
-        clock=lambda: NOW,
-        on_rejected=lambda status, reason: rejections.append((status, reason)),
-    )
-    port = free_port()
-    server = _QuietServer(
-        uvicorn.Config(
-            Starlette(routes=channel.routes()),
-            host="127.0.0.1",
-            port=port,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-        )
-    )
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        if serving.done():
-            serving.result()
-        await asyncio.sleep(0.01)
-    client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10)
-    try:
-        yield ServedChannel(channel, inbox, fake, client, rejections)
-    finally:
-        await client.aclose()
-        server.should_exit = True
-        await serving
-        await channel.stop()
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotFramework]:
-    async with FakeBotFramework() as running:
-        yield running
-
-
-@pytest.fixture
-async def teams(fake: FakeBotFramework) -> AsyncIterator[ServedChannel]:
-    async with serve_channel(fake) as served:
-        yield served
-
-
-def personal_message(
-    fake: FakeBotFramework, text: str = "hello there", activity_id: str = "1717243200001"
-) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": activity_id,
-        "timestamp": "2025-06-01T12:00:00.1234567Z",
-        "serviceUrl": fake.service_url,
-        "channelId": "msteams",
-        "from": {"id": "29:1alice", "name": "Alice", "aadObjectId": ALICE_AAD},
-        "conversation": {
-            "id": PERSONAL_CONVERSATION,
-            "conversationType": "personal",
-            "tenantId": TENANT,
-        },
-        "recipient": {"id": f"28:{APP_ID}", "name": "Assistant"},
-        "textFormat": "plain",
-        "text": text,
-        "locale": "en-US",
-        "channelData": {"tenant": {"id": TENANT}},
-    }
-
-
-def channel_mention(
-    fake: FakeBotFramework, *, root: str = "1717243100000", activity_id: str = "1717243200002"
-) -> dict[str, Any]:
-    mention = "<at>Assistant</at>"
-    return {
-        "type": "message",
-        "id": activity_id,
-        "replyToId": root,
-        "timestamp": "2025-06-01T12:00:00Z",
-        "serviceUrl": fake.service_url,
-        "channelId": "msteams",
-        "from": {"id": "29:1alice", "name": "Alice", "aadObjectId": ALICE_AAD},
-        "conversation": {
-            "id": f"{TEAM_CHANNEL};messageid={root}",
-            "conversationType": "channel",
-            "isGroup": True,
-            "tenantId": TENANT,
-        },
-        "recipient": {"id": f"28:{APP_ID}", "name": "Assistant"},
-        "textFormat": "plain",
-        "text": f"{mention} what is the <b>status</b>?",
-        "entities": [
-            {
-                "type": "mention",
-                "text": mention,
-                "mentioned": {"id": f"28:{APP_ID}", "name": "Assistant"},
-            }
-        ],
-        "channelData": {
-            "tenant": {"id": TENANT},
-            "teamsTeamId": "19:team@thread.tacv2",
-            "channel": {"id": TEAM_CHANNEL},
-        },
-    }
-
-
-def reply_to(message: ChannelMessage, content: str = "**Done.**") -> OutboundMessage:
-    # Through to_record/from_record, as the gateway stores it: the reply survives restarts.
-    stored = ChannelMessage.from_record(message.to_record())
-    return OutboundMessage(
-        message_id="out-1",
-        channel_type=ChannelType.TEAMS,
-        channel_id=stored.channel_id,
-        content=content,
-        thread_id=stored.thread_id,
-        in_reply_to=stored.message_id,
-        reply_context=stored.reply_context,
-    )
-
 
 # --- inbound: the happy paths ----------------------------------------------------------------
 
@@ -457,116 +281,3 @@ async def test_an_inbox_failure_answers_503_so_teams_resends(teams: ServedChanne
     response = await teams.post(personal_message(teams.fake))
     assert response.status_code == 503
     assert teams.rejections[0][0] == 503
-
-
-# --- outbound --------------------------------------------------------------------------------
-
-
-async def _accepted(teams: ServedChannel) -> ChannelMessage:
-    assert (await teams.post(personal_message(teams.fake))).status_code == 200
-    return teams.inbox.accepted[-1]
-
-
-async def test_a_throttled_reply_raises_a_retryable_error_with_retry_after(
-    teams: ServedChannel,
-) -> None:
-    message = await _accepted(teams)
-    teams.fake.fail_next(429, {"Retry-After": "7"})
-    with pytest.raises(DeliveryError) as raised:
-        await teams.channel.send(reply_to(message))
-    assert raised.value.retry_after == 7
-    assert not raised.value.permanent
-
-    teams.fake.fail_next(503)
-    with pytest.raises(DeliveryError) as raised:
-        await teams.channel.send(reply_to(message))
-    assert not raised.value.permanent
-
-    receipt = await teams.channel.send(reply_to(message))  # the next attempt goes through
-    assert receipt.platform_message_id == "reply-1"
-    assert len(teams.fake.posted) == 1
-
-
-async def test_a_refused_reply_is_a_permanent_error(teams: ServedChannel) -> None:
-    message = await _accepted(teams)
-    teams.fake.fail_next(404)
-    with pytest.raises(DeliveryError) as raised:
-        await teams.channel.send(reply_to(message))
-    assert raised.value.permanent
-
-
-async def test_an_unreachable_connector_is_a_retryable_error(teams: ServedChannel) -> None:
-    message = await _accepted(teams)
-    reply = reply_to(message)
-    reference = dict(reply.reply_context["conversation_reference"])
-    reference["serviceUrl"] = f"http://127.0.0.1:{free_port()}/amer/"
-    unreachable = OutboundMessage(
-        message_id="out-2",
-        channel_type=ChannelType.TEAMS,
-        channel_id=reply.channel_id,
-        content="hello?",
-        reply_context={**reply.reply_context, "conversation_reference": reference},
-    )
-    with pytest.raises(DeliveryError) as raised:
-        await teams.channel.send(unreachable)
-    assert not raised.value.permanent
-
-
-async def test_the_bot_token_is_fetched_once_and_reused(teams: ServedChannel) -> None:
-    message = await _accepted(teams)
-    await teams.channel.send(reply_to(message))
-    await teams.channel.send(reply_to(message))
-    assert len(teams.fake.posted) == 2
-    [token_request] = teams.fake.token_requests
-    assert token_request["grant_type"] == "client_credentials"
-    assert token_request["client_id"] == APP_ID
-    assert token_request["scope"] == "https://api.botframework.com/.default"
-
-
-async def test_wrong_app_credentials_make_replies_fail_permanently(
-    fake: FakeBotFramework,
-) -> None:
-    async with serve_channel(fake, app_password="not-the-password") as teams:
-        message = await _accepted(teams)
-        with pytest.raises(DeliveryError) as raised:
-            await teams.channel.send(reply_to(message))
-    assert raised.value.permanent
-    assert fake.posted == []
-
-
-async def test_a_reply_without_a_conversation_reference_fails_permanently(
-    teams: ServedChannel,
-) -> None:
-    outbound = OutboundMessage(
-        message_id="out-3", channel_type=ChannelType.TEAMS, channel_id="x", content="hi"
-    )
-    with pytest.raises(DeliveryError) as raised:
-        await teams.channel.send(outbound)
-    assert raised.value.permanent
-
-
-# --- start-up --------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("app_id", "password", "key"), [("", APP_PASSWORD, "app_id"), (APP_ID, " ", "app_password")]
-)
-def test_the_channel_refuses_to_start_without_credentials(
-    app_id: str, password: str, key: str
-) -> None:
-    with pytest.raises(ConfigError, match=f"channels.teams.{key}"):
-        TeamsChannel(
-            TeamsSettings(app_id=app_id, app_password=password), RecordingInbox(), clock=_now
-        )
-
-
-async def test_insecure_dev_mode_starts_without_credentials() -> None:
-    channel = TeamsChannel(
-        TeamsSettings(app_id="", app_password="", insecure_dev_mode=True),
-        RecordingInbox(),
-        clock=_now,
-    )
-    await channel.stop()
-
-
-_now: Callable[[], datetime] = lambda: NOW  # noqa: E731

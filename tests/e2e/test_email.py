@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from storage.models import Session, SessionMessage
-from tests.channels.test_email_smtp_server import (
+from tests.channels.email_mail import (
     APPLE_FORWARD,
     GMAIL_FORWARD,
     OUTLOOK_FORWARD,

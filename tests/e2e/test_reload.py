@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from sessions.recall_tool import SEARCH_TOOL_NAME
-from tests.channels.test_email_smtp_server import ASSISTANT, mail, smtp_code
+from tests.channels.email_mail import ASSISTANT, mail, smtp_code
 from tests.e2e.harness import free_port
 from tests.e2e.test_processes import GatewayProcess
 from tests.fakes.anthropic_api import FakeAnthropicAPI

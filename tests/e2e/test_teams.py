@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from storage.models import ExportLink, InboundEvent, SessionChannel, SessionMessage
-from tests.channels.test_teams_inbound import (
+from tests.channels.teams_activities import (
     ALICE_AAD,
     TEAM_CHANNEL,
     TENANT,

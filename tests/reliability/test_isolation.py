@@ -36,7 +36,7 @@ from storage.models import (
     User,
 )
 from storage.transcripts import SessionRef
-from tests.channels.test_email_smtp_server import deliver
+from tests.channels.email_mail import deliver
 from tests.e2e.harness import RunningGateway, free_port, gateway_config, running_gateway
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
 from tests.fakes.slack_api import (

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from channels.base import ChannelMessage
 from channels.email.parse import parse_email
 from errors import ChannelPayloadError
-from tests.channels.test_email_smtp_server import GMAIL_FORWARD, OUTLOOK_FORWARD
+from tests.channels.email_mail import GMAIL_FORWARD, OUTLOOK_FORWARD
 from tests.e2e.harness import free_port, gateway_config
 from tests.reliability.fuzz.harness import (
     ANSWER_SECONDS,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.channels.test_teams_inbound import ALICE_AAD, TENANT, channel_mention, personal_message
+from tests.channels.teams_activities import ALICE_AAD, TENANT, channel_mention, personal_message
 from tests.e2e.harness import gateway_config
 from tests.fakes.bot_framework import APP_ID, APP_PASSWORD, FakeBotFramework
 from tests.reliability.fuzz.harness import (
