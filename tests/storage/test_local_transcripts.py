@@ -1,0 +1,133 @@
+"""The local folder store: what only files can get wrong (a symlink out of the root,
+temporary files, folders left empty, two stores on one folder), and an append to a long
+session writing no more than one to a short one."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from errors import ArchiveExistsError, StorageError
+from storage.local_transcripts import LocalTranscriptStore
+from storage.transcripts import (
+    SessionRef,
+    compaction_key,
+    encode_lines,
+    legacy_transcript_key,
+    parse_transcript,
+    pre_compact_archive_key,
+)
+from tests.storage.transcript_samples import REF, line, segment, turn
+
+
+async def test_local_key_escaping_root_through_a_symlink_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    (root / "sessions").mkdir(parents=True)
+    (root / "sessions" / "acme").symlink_to(outside)
+    store = LocalTranscriptStore(root)
+
+    with pytest.raises(StorageError, match="outside"):
+        await store.read("sessions/acme/secret")
+    with pytest.raises(StorageError, match="outside"):
+        await store.write_archive("sessions/acme/new", b"x")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+
+
+async def test_local_writes_leave_no_temp_files(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path)
+    key = compaction_key(REF, 1)
+    await store.write_archive(key, b"one")
+    with pytest.raises(ArchiveExistsError):
+        await store.write_archive(key, b"two")
+    await store.append_lines(REF, turn(1), first_seq=1)
+    await store.append_lines(REF, turn(1), first_seq=1)
+
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert files == [key, segment(REF, 1)]
+
+
+async def test_local_a_temp_file_left_by_a_crash_is_not_part_of_the_transcript(
+    tmp_path: Path,
+) -> None:
+    store = LocalTranscriptStore(tmp_path)
+    await store.append_lines(REF, turn(1), first_seq=1)
+    leftover = tmp_path / segment(REF, 1)
+    leftover.with_name(".tmp-crashed").write_bytes(b'{"torn')
+
+    assert parse_transcript(await store.read_transcript(REF)) == turn(1)
+    assert await store.list_session(REF) == [segment(REF, 1)]
+    assert await store.delete_session(REF) == 2  # the leftover goes too
+    assert list(tmp_path.iterdir()) == []
+
+
+def files_of(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Every file under `root`: its size, inode and modification time."""
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+async def test_local_the_10000th_append_writes_what_the_10th_did(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path)
+    short, long = SessionRef("acme", "alice", "short"), SessionRef("acme", "alice", "long")
+    for first_seq in range(1, 9, 2):
+        await store.append_lines(short, turn(first_seq), first_seq=first_seq)
+    # 9,998 messages: most in a legacy file (quick to make), the last turns as segments.
+    legacy = [line for first_seq in range(1, 9_991, 2) for line in turn(first_seq)]
+    await store.write_archive(legacy_transcript_key(long), encode_lines(legacy))
+    for first_seq in range(9_991, 9_999, 2):
+        await store.append_lines(long, turn(first_seq), first_seq=first_seq)
+
+    written = {}
+    for ref, first_seq in [(short, 9), (long, 9_999)]:
+        before = files_of(tmp_path)
+        await store.append_lines(ref, turn(first_seq), first_seq=first_seq)
+        after = files_of(tmp_path)
+        # One new file of the turn's bytes; nothing that was there is rewritten or replaced.
+        assert {k: v for k, v in after.items() if k in before} == before
+        assert list(after.keys() - before.keys()) == [segment(ref, first_seq)]
+        written[first_seq] = after[segment(ref, first_seq)][0]
+
+    assert written[9] == written[9_999] == len(encode_lines(turn(1)))
+    lines = parse_transcript(await store.read_transcript(long))
+    assert len(lines) == 10_000
+    assert lines[-2:] == turn(9_999)
+
+
+async def test_local_delete_removes_the_folders_it_empties(tmp_path: Path) -> None:
+    store = LocalTranscriptStore(tmp_path)
+    await store.write_archive(pre_compact_archive_key(REF, 1), b"x")
+    await store.append_lines(REF, turn(1), first_seq=1)
+    await store.append_lines(SessionRef("acme", "bob", "s1"), [line(1)], first_seq=1)
+
+    await store.delete_session(REF)
+    assert not (tmp_path / "sessions/acme/alice").exists()
+    assert (tmp_path / "sessions/acme/bob/s1").is_dir()
+
+    await store.delete_user("acme", "bob")
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_local_appends_from_two_stores_on_one_folder_lose_no_line(tmp_path: Path) -> None:
+    first, second = LocalTranscriptStore(tmp_path), LocalTranscriptStore(tmp_path)
+    await asyncio.gather(
+        *(
+            (first if i % 2 else second).append_lines(REF, [line(i)], first_seq=i)
+            for i in range(1, 21)
+        )
+    )
+    assert parse_transcript(await second.read_transcript(REF)) == [line(i) for i in range(1, 21)]
+
+
+async def test_local_check_fails_clearly_when_the_folder_cannot_be_created(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    with pytest.raises(StorageError, match="not writable"):
+        await LocalTranscriptStore(blocker / "transcripts").check()
