@@ -87,9 +87,9 @@ from gateway.runtime import open_engine
 from gateway.settings import GatewayConfig
 from sessions.engine import SessionEngine
 from sessions.llm import OfflineLLM
+from storage.column_types import utcnow
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
-from storage.models import utcnow
 from storage.recall_index import RecallIndexRepository
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"

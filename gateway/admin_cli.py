@@ -98,8 +98,8 @@ def _with_admin(args: argparse.Namespace, work: Callable[[Any], Awaitable[T]]) -
     # The database stack is imported only by commands that use it.
     from gateway.admin import Administration  # noqa: PLC0415
     from gateway.runtime import open_transcript_store  # noqa: PLC0415
+    from storage.column_types import utcnow  # noqa: PLC0415
     from storage.database import Database  # noqa: PLC0415
-    from storage.models import utcnow  # noqa: PLC0415
 
     async def run() -> T:
         database = Database(config.storage.database_url, pool_size=2)

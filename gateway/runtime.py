@@ -36,11 +36,11 @@ from sessions.recall import RecallSearch
 from sessions.recall_reference import session_referenced
 from sessions.routing import SessionThreads
 from sessions.turn import TurnService
+from storage.column_types import utcnow
 from storage.database import Database
 from storage.inbox_signal import InboxListener, InboxNotifier
 from storage.local_transcripts import LocalTranscriptStore
 from storage.locks import TurnLocks, turn_locks_for
-from storage.models import utcnow
 from storage.repositories.admin import AdminRepository
 from storage.repositories.outbox import OutboxRepository
 from storage.transcripts import TranscriptStore

@@ -19,7 +19,7 @@ from channels.registry import channel_plugins
 from gateway.settings import GatewayConfig
 from gateway.turns import TurnSettings
 from sessions.compaction import CompactionPolicy
-from sessions.engine import EngineSettings, RecallSettings
+from sessions.engine_values import EngineSettings, RecallSettings
 from sessions.routing import RoutingPolicy
 
 # Config keys (a section, or one key in it) that only a restart applies: what opens sockets,

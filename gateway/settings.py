@@ -7,7 +7,9 @@ error located at the missing key (``channels.slack.signing_secret``), not at its
 
 The value types live in `primitives.config_types`; each channel's section lives in its
 subpackage (`channels/<type>/config.py`) and `ChannelsConfig` is assembled from the channel
-registry, so a new channel brings its section with it.
+registry, so a new channel brings its section with it. The identity sections (organizations,
+users, provisioning) live in `gateway.identity_settings` and are exported from here with the
+others.
 
 Loading a file, substituting ``${VAR}`` references and turning validation errors into
 ``FILE:LINE: key.path: message`` lines is the job of `gateway.config`; this module knows
@@ -42,15 +44,17 @@ from pydantic import (
 )
 
 from channels.registry import channel_plugins
+from gateway.identity_settings import (
+    IdentityConfig,
+    OrganizationConfig,
+    ProvisionConfig,
+    UserConfig,
+)
 from primitives.config_types import (
     Duration,
-    EmailAddress,
-    Identifier,
     Loc,
-    NonEmptyStr,
     OptionalStr,
     Port,
-    SlackIdentity,
     StrictModel,
     empty_to_none,
     is_blank,
@@ -231,70 +235,6 @@ class RecallConfig(StrictModel):
     auto_context_tokens: int = Field(default=600, ge=0)
     tool: bool = True
     resume_by_reference: bool = False
-
-
-class OrganizationConfig(StrictModel):
-    """An organization; its ``context`` is added to the system prompt of its users."""
-
-    id: Identifier
-    name: str = ""
-    context: str = ""
-
-
-class ProvisionConfig(StrictModel):
-    """Who may be provisioned automatically when ``unknown_users: provision``."""
-
-    slack_team_ids: tuple[NonEmptyStr, ...] = ()
-    teams_tenant_ids: tuple[NonEmptyStr, ...] = ()
-    email_domains: tuple[NonEmptyStr, ...] = ()
-
-
-class UserConfig(StrictModel):
-    """A known user and the identities that are theirs on each channel."""
-
-    id: Identifier
-    org: Identifier | None = None
-    name: str = ""
-    slack: tuple[SlackIdentity, ...] = ()
-    teams: tuple[NonEmptyStr, ...] = ()
-    email: tuple[EmailAddress, ...] = ()
-    admin: bool = False
-
-
-class IdentityConfig(StrictModel):
-    """How senders are mapped to users, and what happens to senders nobody configured."""
-
-    unknown_users: Literal["reject", "provision"] = "reject"
-    link_by_email: bool = False
-    provision: ProvisionConfig = Field(default_factory=ProvisionConfig)
-    users: tuple[UserConfig, ...] = ()
-
-    @field_validator("users")
-    @classmethod
-    def _ids_and_identities_unique(cls, users: tuple[UserConfig, ...]) -> tuple[UserConfig, ...]:
-        """An id or a channel identity belonging to two users would make routing ambiguous."""
-        errors: list[tuple[Loc, str, object]] = []
-        first_index: dict[str, int] = {}
-        owner: dict[tuple[str, str], str] = {}
-        for index, user in enumerate(users):
-            if user.id in first_index:
-                message = f"duplicate user id {user.id!r} (also users[{first_index[user.id]}])"
-                errors.append(((index, "id"), message, user.id))
-            first_index.setdefault(user.id, index)
-            identities = {
-                "slack": user.slack,
-                "teams": user.teams,
-                "email": tuple(address.lower() for address in user.email),
-            }
-            for channel, values in identities.items():
-                for position, value in enumerate(values):
-                    other = owner.setdefault((channel, value), user.id)
-                    if other != user.id:
-                        message = f"{channel} identity {value!r} already belongs to user {other!r}"
-                        errors.append(((index, channel, position), message, value))
-        if errors:
-            raise located_errors("IdentityConfig", errors)
-        return users
 
 
 class RetentionConfig(StrictModel):

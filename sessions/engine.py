@@ -1,23 +1,24 @@
 """The session engine: one assistant turn with the right context, and the bookkeeping around it.
 
-`run_turn` assembles the context (compacting first when it has grown past the trigger),
-calls the model, runs any tools it asks for (a tool call and its result always travel
-together), and returns the messages to append and the reply text, with any notice (older
-messages summarised; time for `/new`) as part of that reply. It knows nothing of channels.
+`read_context` reads what the context is made of (recall's passages for the pending message
+included) and `context_from` assembles it; `reply` compacts first when the history has grown
+past the trigger, calls the model, runs any tools it asks for (a tool call and its result
+always travel together), and returns the messages to append and the reply text, with any
+notice (older messages summarised; time for `/new`) as part of that reply. It knows nothing
+of channels. The values it takes and gives live in `sessions.engine_values`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import LLMError, StorageError
-from sessions.compaction import CompactionPolicy, Compactor
+from sessions.compaction import Compactor
 from sessions.context import (
     AssembledContext,
     ContextInputs,
@@ -27,6 +28,15 @@ from sessions.context import (
     assemble,
 )
 from sessions.context_cache import HistoryCache, MemoryCache, OrganizationCache
+from sessions.engine_values import (
+    ContextReads,
+    EngineSettings,
+    LoadedContext,
+    NewMessage,
+    RecallSettings,
+    Tool,
+    TurnOutcome,
+)
 from sessions.llm import (
     ContentBlock,
     LLMClient,
@@ -34,12 +44,11 @@ from sessions.llm import (
     LLMRequest,
     LLMResponse,
     TokenEstimator,
-    ToolSpec,
     estimate_tokens,
     request_estimate,
 )
-from sessions.memory import RetentionPolicy, SessionSummary
-from sessions.recall import RecallExclusions, RecallOptions, RecallSearch
+from sessions.memory import SessionSummary
+from sessions.recall import RecallExclusions, RecallSearch
 from sessions.recall_tool import SEARCH_TOOL, SEARCH_TOOL_NAME, run_search_tool
 from sessions.summaries import summarise_archived_sessions
 from sessions.topics import TopicWriter
@@ -53,97 +62,6 @@ COMPACTION_NOTICE = "(Older messages of this conversation were summarised to mak
 SUGGEST_NEW_NOTICE = "(This conversation has been going on for a while: send /new to start fresh.)"
 MAX_TOOL_ROUNDS = 5
 MAX_MEMORY_FACTS = 50
-
-ToolRunner = Callable[[Mapping[str, Any], str], Awaitable[str]]
-"""Runs a tool for a user: (input, user id) → result text."""
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A tool the model may call, and the code that runs it."""
-
-    spec: ToolSpec
-    run: ToolRunner
-
-
-@dataclass(frozen=True, slots=True)
-class EngineSettings:
-    """The config values the engine works with."""
-
-    system_prompt: str
-    max_tokens: int
-    compaction: CompactionPolicy
-    topic_every_messages: int = 5
-    suggest_new_after: timedelta = timedelta(hours=8)
-    summary_min_user_messages: int = 5
-    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-
-
-@dataclass(frozen=True, slots=True)
-class RecallSettings:
-    """Recall in turns: passages of earlier conversations found for the latest user message
-    are added to the system context (at most `auto_hits`, within `auto_context_tokens`, each
-    cut at `excerpt_chars`), and the model may call `search_past_conversations` (`tool`)."""
-
-    auto_hits: int = 5
-    auto_context_tokens: int = 600
-    excerpt_chars: int = 400
-    tool: bool = True
-    options: RecallOptions = field(default_factory=RecallOptions)
-
-
-@dataclass(frozen=True, slots=True)
-class NewMessage:
-    """A message the turn produced, to append to the session."""
-
-    role: str
-    content: str
-    tokens: int
-    blocks: tuple[ContentBlock, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TurnOutcome:
-    """What a turn produced: messages to append (the last one is the reply) and its cost."""
-
-    messages: tuple[NewMessage, ...]
-    reply_text: str
-    input_tokens: int
-    output_tokens: int
-    context_tokens: int
-    compacted: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ContextReads:
-    """What a turn's context is made of, as read from the database (and its caches)."""
-
-    session_id: str
-    user_id: str
-    session_started: datetime
-    org_name: str
-    org_context: str
-    facts: tuple[str, ...]
-    recent: tuple[SessionSummary, ...]
-    compaction_summary: str | None
-    after_seq: int
-    history: tuple[HistoryMessage, ...]
-    thread_id: str = ""
-    exclusions: RecallExclusions = field(default_factory=RecallExclusions)
-    # Passages of earlier conversations recall found for the pending message.
-    earlier: tuple[EarlierExcerpt, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedContext:
-    """A turn's assembled context and the session facts read along with it."""
-
-    context: AssembledContext
-    messages_since_compaction: int
-    session_started: datetime
-    user_id: str
-    recall_exclusions: RecallExclusions = field(default_factory=RecallExclusions)
-    session_id: str = ""
 
 
 class SessionEngine:

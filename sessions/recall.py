@@ -2,8 +2,10 @@
 
 `RecallSearch.search(user_id, query, limit)` ranks the user's stored turns (and, when asked,
 session and compaction summaries) for a question such as "what did we decide about Acme?".
-The index itself lives in the database (`storage.recall_index`); this module owns the ranking
-built on the index's BM25 scores, each part measured on LoCoMo (`bench/recall_locomo.py`):
+The index itself lives in the database (`storage.recall_index`); this module owns the search:
+what it reads of the index and the ranking built on the index's BM25 scores, each part
+measured on LoCoMo (`bench/recall_locomo.py`; the score arithmetic of 2 to 4 is in
+`sessions.recall_ranking`):
 
 1. Query processing (`sessions.recall_query`): words (letters and digits) in lower case,
    English stopwords dropped, OR semantics (a turn matching any word is a candidate). The
@@ -30,8 +32,7 @@ The search is strictly scoped to one user: every index query names the user.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -40,6 +41,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.recall_query import MAX_QUERY_TERMS, query_terms
+from sessions.recall_ranking import boost_by_summaries, boost_named_speakers, spread_to_neighbours
 from storage.database import Database, savepoint
 from storage.recall_entries import COMPACTION, SUMMARY, TURN, IndexedText, Ranking, SearchBound
 from storage.recall_index import RecallIndexRepository
@@ -235,17 +237,17 @@ class RecallSearch:
         scores = {turn.entry_id: turn.score for turn in turns}
         entries = {turn.entry_id: turn for turn in [*around, *turns]}
         if around:
-            scores = self._spread_to_neighbours(scores, sources, around, since, until)
-        scores = self._boost_named_speakers(scores, entries, terms)
-        if options.summary_weight > 0 and summaries:
-            best = max(summary.score for summary in summaries) or 1.0
-            prior: dict[str, float] = defaultdict(float)
-            for summary in summaries:
-                prior[summary.session_id] = max(prior[summary.session_id], summary.score / best)
-            scores = {
-                entry_id: score * (1 + options.summary_weight * prior[entries[entry_id].session_id])
-                for entry_id, score in scores.items()
-            }
+            scores = spread_to_neighbours(
+                scores,
+                sources,
+                around,
+                since,
+                until,
+                neighbour_weight=options.neighbour_weight,
+                second_neighbour_weight=options.second_neighbour_weight,
+            )
+        scores = boost_named_speakers(scores, entries, terms, options.speaker_boost)
+        scores = boost_by_summaries(scores, entries, summaries, options.summary_weight)
         found = [
             _hit(entries[entry_id], score)
             for entry_id, score in scores.items()
@@ -335,66 +337,6 @@ class RecallSearch:
             return []
         positions = [(t.session_id, t.seq or 0) for t in sources]
         return await index.turns_around(user_id, positions, span=NEIGHBOUR_SPAN)
-
-    def _spread_to_neighbours(
-        self,
-        scores: Mapping[int, float],
-        sources: Sequence[IndexedText],
-        around: Sequence[IndexedText],
-        since: datetime | None,
-        until: datetime | None,
-    ) -> dict[int, float]:
-        """Each source turn passes shares of its score to the turns next to it."""
-        in_range = [
-            t
-            for t in around
-            if (since is None or t.occurred_at >= since)
-            and (until is None or t.occurred_at < until)
-        ]
-        by_session: dict[str, list[IndexedText]] = defaultdict(list)
-        for turn in in_range:
-            by_session[turn.session_id].append(turn)
-        position: dict[int, tuple[str, int]] = {}
-        for session_id, session_turns in by_session.items():
-            session_turns.sort(key=lambda t: t.seq or 0)
-            for index, turn in enumerate(session_turns):
-                position[turn.entry_id] = (session_id, index)
-        spread = dict(scores)
-        weights = (
-            (1, self.options.neighbour_weight),
-            (2, self.options.second_neighbour_weight),
-        )
-        for source in sources:
-            if source.entry_id not in position:
-                continue
-            session_id, index = position[source.entry_id]
-            session_turns = by_session[session_id]
-            for distance, weight in weights:
-                for neighbour in (index - distance, index + distance):
-                    if weight > 0 and 0 <= neighbour < len(session_turns):
-                        entry_id = session_turns[neighbour].entry_id
-                        spread[entry_id] = spread.get(entry_id, 0.0) + weight * source.score
-        return spread
-
-    def _boost_named_speakers(
-        self, scores: Mapping[int, float], entries: Mapping[int, IndexedText], terms: Sequence[str]
-    ) -> dict[int, float]:
-        """Boost the turns of speakers the query names."""
-        boost = self.options.speaker_boost
-        if boost <= 0:
-            return dict(scores)
-        asked = set(terms)
-        named = {
-            speaker
-            for speaker in {entries[entry_id].speaker for entry_id in scores}
-            if asked.intersection(query_terms(speaker))
-        }
-        if not named:
-            return dict(scores)
-        return {
-            entry_id: score * (1 + boost) if entries[entry_id].speaker in named else score
-            for entry_id, score in scores.items()
-        }
 
 
 async def _no_entries() -> list[IndexedText]:

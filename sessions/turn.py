@@ -38,7 +38,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from errors import LLMError, StorageError
 from sessions.compaction import transcript_line
 from sessions.context import HistoryMessage
-from sessions.engine import NewMessage, SessionEngine, TurnOutcome
+from sessions.engine import SessionEngine
+from sessions.engine_values import NewMessage, TurnOutcome
 from sessions.llm import estimate_tokens
 from sessions.routing import Arrival, RoutingPolicy, resolve_session
 from storage.database import Database

@@ -10,26 +10,25 @@ background jobs. The schema runs unchanged on SQLite and PostgreSQL; migrations 
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
-    DateTime,
-    Dialect,
     ForeignKey,
     Index,
     Integer,
     MetaData,
     String,
     Text,
-    TypeDecorator,
     UniqueConstraint,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from storage.column_types import BigIntId, UTCDateTime, enum_column, utcnow
 
 # Deterministic constraint names keep migrations identical on both databases.
 NAMING_CONVENTION = {
@@ -39,39 +38,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-# SQLite has no 64-bit autoincrement type of its own; INTEGER PRIMARY KEY is its rowid.
-BigIntId = BigInteger().with_variant(Integer(), "sqlite")
-
-
-def utcnow() -> datetime:
-    """The current time, timezone-aware in UTC (the only kind of time the database holds)."""
-    return datetime.now(UTC)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timestamp stored in UTC and always read back timezone-aware.
-
-    SQLite drops the offset, PostgreSQL keeps it; this type makes both return aware UTC values
-    and refuses naive ones on the way in, so no comparison ever mixes the two kinds.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        """Normalise to UTC; a naive datetime is a programming error."""
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        """Attach UTC to values SQLite returns without an offset."""
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
@@ -111,12 +77,6 @@ class OutboundStatus(enum.StrEnum):
     SENDING = "sending"
     DELIVERED = "delivered"
     FAILED = "failed"
-
-
-def _enum_column(enum_type: type[enum.StrEnum], default: enum.StrEnum) -> Mapped[Any]:
-    # Stored as plain strings: adding a state later needs no database enum migration.
-    length = max(len(member.value) for member in enum_type)
-    return mapped_column(String(length), default=default.value, nullable=False)
 
 
 class Organization(Base):
@@ -171,7 +131,7 @@ class Session(Base):
     org_id: Mapped[str] = mapped_column(String(64))
     # With `sessions.scope: channel` a session belongs to one channel type; NULL for scope user.
     scope_channel: Mapped[str | None] = mapped_column(String(16))
-    status: Mapped[str] = _enum_column(SessionStatus, SessionStatus.ACTIVE)
+    status: Mapped[str] = enum_column(SessionStatus, SessionStatus.ACTIVE)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     last_active_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -328,7 +288,7 @@ class InboundEvent(Base):
     message_id: Mapped[str] = mapped_column(String(512))
     # "channel_type:external id" of the sender: which user's queue the event joins.
     sender_key: Mapped[str] = mapped_column(String(400))
-    status: Mapped[str] = _enum_column(InboundStatus, InboundStatus.PENDING)
+    status: Mapped[str] = enum_column(InboundStatus, InboundStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
     processed_at: Mapped[datetime | None]
@@ -375,7 +335,7 @@ class OutboundMessage(Base):
     reply_context: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # A file sent with the reply (an export): filename, content_type, content.
     attachment: Mapped[dict[str, Any] | None]
-    status: Mapped[str] = _enum_column(OutboundStatus, OutboundStatus.PENDING)
+    status: Mapped[str] = enum_column(OutboundStatus, OutboundStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
     platform_message_id: Mapped[str | None] = mapped_column(String(512))

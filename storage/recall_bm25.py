@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.models import UTCDateTime
+from storage.column_types import UTCDateTime
 from storage.recall_entries import IndexSearch, SearchBound, indexed_text
 
 K1 = 1.2

@@ -46,7 +46,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
-from storage.models import RecallEntry, UTCDateTime
+from storage.column_types import UTCDateTime
+from storage.models import RecallEntry
 from storage.recall_bm25 import K1, B, has_tokens
 from storage.recall_entries import (
     ENTRY_COLUMNS,

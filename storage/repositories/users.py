@@ -12,7 +12,8 @@ from sqlalchemy import delete, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
-from storage.models import Organization, User, UserChannelIdentity, utcnow
+from storage.column_types import utcnow
+from storage.models import Organization, User, UserChannelIdentity
 from storage.repositories._sql import batches, dialect_insert
 
 

@@ -15,7 +15,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 from sqlalchemy import select
 
-from sessions.engine import COMPACTION_NOTICE, SUGGEST_NEW_NOTICE, Tool
+from sessions.engine import COMPACTION_NOTICE, SUGGEST_NEW_NOTICE
+from sessions.engine_values import Tool
 from sessions.llm import ToolSpec
 from storage.models import InboundEvent, Session, SessionCompaction, SessionMessage, UserMemoryFact
 from tests.e2e.harness import RunningGateway, free_port, gateway_config, running_gateway

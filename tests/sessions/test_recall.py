@@ -12,7 +12,8 @@ from sqlalchemy import text
 
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.context import EARLIER_HEADING
-from sessions.engine import EngineSettings, RecallSettings, SessionEngine
+from sessions.engine import SessionEngine
+from sessions.engine_values import EngineSettings, RecallSettings
 from sessions.llm import OfflineLLM
 from sessions.recall import (
     IndexQuery,

@@ -1,0 +1,107 @@
+"""The ranking ideas recall adds on top of the index's BM25 scores, as pure functions.
+
+Each takes the candidates' scores (entry id → score) and returns new ones; none reads the
+database, so they are tested with plain `IndexedText` values. `sessions.recall.RecallSearch`
+reads the candidates and applies them in this order, with the weights of `RecallOptions`:
+
+1. `spread_to_neighbours`: an answer is often the turn after (or before) the one that matches
+   the words of the question, so each of the best candidates passes a share of its score to
+   the turns next to it.
+2. `boost_named_speakers`: when the query names a speaker of the candidate turns ("what did
+   Caroline research?"), that speaker's turns are boosted.
+3. `boost_by_summaries`: sessions whose summaries match the query lend their turns a boost in
+   proportion to the summary's score.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from sessions.recall_query import query_terms
+from storage.recall_entries import IndexedText
+
+
+def spread_to_neighbours(
+    scores: Mapping[int, float],
+    sources: Sequence[IndexedText],
+    around: Sequence[IndexedText],
+    since: datetime | None,
+    until: datetime | None,
+    *,
+    neighbour_weight: float,
+    second_neighbour_weight: float,
+) -> dict[int, float]:
+    """Each source turn passes shares of its score to the turns next to it (`neighbour_weight`)
+    and two turns away (`second_neighbour_weight`), among the turns of `around` written
+    within `since`/`until`."""
+    in_range = [
+        t
+        for t in around
+        if (since is None or t.occurred_at >= since) and (until is None or t.occurred_at < until)
+    ]
+    by_session: dict[str, list[IndexedText]] = defaultdict(list)
+    for turn in in_range:
+        by_session[turn.session_id].append(turn)
+    position: dict[int, tuple[str, int]] = {}
+    for session_id, session_turns in by_session.items():
+        session_turns.sort(key=lambda t: t.seq or 0)
+        for index, turn in enumerate(session_turns):
+            position[turn.entry_id] = (session_id, index)
+    spread = dict(scores)
+    weights = ((1, neighbour_weight), (2, second_neighbour_weight))
+    for source in sources:
+        if source.entry_id not in position:
+            continue
+        session_id, index = position[source.entry_id]
+        session_turns = by_session[session_id]
+        for distance, weight in weights:
+            for neighbour in (index - distance, index + distance):
+                if weight > 0 and 0 <= neighbour < len(session_turns):
+                    entry_id = session_turns[neighbour].entry_id
+                    spread[entry_id] = spread.get(entry_id, 0.0) + weight * source.score
+    return spread
+
+
+def boost_named_speakers(
+    scores: Mapping[int, float],
+    entries: Mapping[int, IndexedText],
+    terms: Sequence[str],
+    boost: float,
+) -> dict[int, float]:
+    """Multiply by `1 + boost` the scores of the turns of speakers the query's `terms` name."""
+    if boost <= 0:
+        return dict(scores)
+    asked = set(terms)
+    named = {
+        speaker
+        for speaker in {entries[entry_id].speaker for entry_id in scores}
+        if asked.intersection(query_terms(speaker))
+    }
+    if not named:
+        return dict(scores)
+    return {
+        entry_id: score * (1 + boost) if entries[entry_id].speaker in named else score
+        for entry_id, score in scores.items()
+    }
+
+
+def boost_by_summaries(
+    scores: Mapping[int, float],
+    entries: Mapping[int, IndexedText],
+    summaries: Sequence[IndexedText],
+    weight: float,
+) -> dict[int, float]:
+    """Multiply each turn's score by `1 + weight * s`, where s is the best score of its
+    session's matching summaries relative to the best summary found (0 to 1)."""
+    if weight <= 0 or not summaries:
+        return dict(scores)
+    best = max(summary.score for summary in summaries) or 1.0
+    prior: dict[str, float] = defaultdict(float)
+    for summary in summaries:
+        prior[summary.session_id] = max(prior[summary.session_id], summary.score / best)
+    return {
+        entry_id: score * (1 + weight * prior[entries[entry_id].session_id])
+        for entry_id, score in scores.items()
+    }
