@@ -104,7 +104,7 @@ def _with_admin(args: argparse.Namespace, work: Callable[[Any], Awaitable[T]]) -
     async def run() -> T:
         database = Database(config.storage.database_url, pool_size=2)
         try:
-            transcripts = open_transcript_store(config.storage.transcripts)
+            transcripts = await asyncio.to_thread(open_transcript_store, config.storage.transcripts)
             return await work(Administration(database, transcripts, utcnow))
         finally:
             await database.dispose()
