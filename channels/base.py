@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from errors import ChannelPayloadError
+from starlette.requests import Request
+
+from errors import ChannelPayloadError, RejectedRequestError
 
 
 class ChannelType(StrEnum):
@@ -202,6 +204,18 @@ class InboxPort(Protocol):
 def _legacy_subject(record: Mapping[str, Any]) -> str:
     subject = record.get("reply_context", {}).get("subject")
     return subject if isinstance(subject, str) else ""
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body; `RejectedRequestError` (413) when it declares or turns out to be
+    larger than `limit` bytes (a declared length is refused before anything is read)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RejectedRequestError(413, f"the body is larger than {limit} bytes")
+    raw = await request.body()
+    if len(raw) > limit:
+        raise RejectedRequestError(413, f"the body is larger than {limit} bytes")
+    return raw
 
 
 def parse_json(raw: bytes | str) -> Any:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from errors import ArchiveExistsError, StorageError
+from primitives.durable_file import write_durably
 from storage.transcripts import (
     SessionRef,
     StoredObject,
@@ -56,25 +57,12 @@ class LocalTranscriptStore:
             await asyncio.to_thread(self._write_segment_sync, key, encode_lines(lines))
 
     def _write_segment_sync(self, key: str, data: bytes) -> None:
-        path = self._path(key)
+        # A reader sees the whole segment or none of it; a retry of the same batch replaces it
+        # with the same bytes.
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX)
+            write_durably(self._path(key), data, temp_prefix=_TEMP_PREFIX)
         except OSError as exc:
             raise StorageError(f"cannot write transcript segment: {exc}", key=key) from exc
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            # A reader sees the whole segment or none of it; a retry of the same batch replaces
-            # it with the same bytes (rename replaces, unlike the archives' link).
-            os.replace(tmp_name, path)
-            _fsync_dir(path.parent)
-        except OSError as exc:
-            raise StorageError(f"cannot write transcript segment: {exc}", key=key) from exc
-        finally:
-            Path(tmp_name).unlink(missing_ok=True)  # left only when the rename did not happen
 
     async def read_transcript(self, ref: SessionRef) -> bytes:
         """Read the legacy file, then the segments in key order, in one worker thread."""
@@ -92,27 +80,14 @@ class LocalTranscriptStore:
         return await asyncio.to_thread(self._write_archive_sync, key, data)
 
     def _write_archive_sync(self, key: str, data: bytes) -> StoredObject:
-        path = self._path(key)
+        # Linked, not renamed: a complete file appears under the key or nothing does, and an
+        # existing archive is never replaced.
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX)
-        except OSError as exc:
-            raise StorageError(f"cannot create archive: {exc}", key=key) from exc
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            # link() fails if the name exists, so a complete file appears under the key or
-            # nothing does, and an existing archive is never replaced (rename would replace it).
-            os.link(tmp_name, path)
-            _fsync_dir(path.parent)
+            write_durably(self._path(key), data, temp_prefix=_TEMP_PREFIX, replace=False)
         except FileExistsError as exc:
             raise ArchiveExistsError("archive already exists", key=key) from exc
         except OSError as exc:
             raise StorageError(f"cannot write archive: {exc}", key=key) from exc
-        finally:
-            Path(tmp_name).unlink(missing_ok=True)
         return StoredObject(key=key, size=len(data))
 
     async def read(self, key: str) -> bytes:
@@ -210,12 +185,3 @@ class LocalTranscriptStore:
 def _raise(exc: OSError) -> None:
     """`os.walk` error hook: surface errors instead of silently skipping folders."""
     raise exc
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a new directory entry durable; without this a crash can lose a fsynced file."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -11,7 +11,6 @@ is returned as the receipt's platform id, which is how replies to it find their 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import html
 import os
@@ -32,6 +31,7 @@ import aiosmtplib
 from channels.base import OutboundMessage
 from channels.email.headers import normalize_id
 from errors import DeliveryError
+from primitives.durable_file import write_durably
 
 MAX_REFERENCES = 20
 SEND_TIMEOUT = 30.0
@@ -215,20 +215,8 @@ class ReplyFolder:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")  # sorts in writing order
         message_id = _UNSAFE_FILENAME.sub("_", normalize_id(str(mail["Message-ID"] or "")))
         path = self.directory / f"{stamp}-{message_id[:120] or 'reply'}.eml"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        # Hidden and in the same folder: readers of *.eml never see a half-written reply, and
-        # the rename stays on one file system.
-        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        # Hidden in the same folder until renamed: readers of *.eml never see half a reply.
+        write_durably(path, data, temp_prefix=".")
         return path
 
     def _probe(self) -> None:

@@ -40,7 +40,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from channels.base import ChannelType, DeliveryReceipt, InboxPort, OutboundMessage, parse_json
+from channels.base import (
+    ChannelType,
+    DeliveryReceipt,
+    InboxPort,
+    OutboundMessage,
+    parse_json,
+    read_body,
+)
 from channels.teams.auth import (
     BOT_FRAMEWORK_ISSUER,
     DEFAULT_OPENID_METADATA_URL,
@@ -331,12 +338,7 @@ def _ignore_reason(activity: Mapping[str, Any], bot_id: str) -> str:
 
 async def _activity_body(request: Request) -> dict[str, Any]:
     """The activity JSON; refuses what is too large or not an activity at all."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise RejectedRequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise RejectedRequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+    raw = await read_body(request, MAX_BODY_BYTES)
     try:
         body = parse_json(raw)
     except ChannelPayloadError as exc:

@@ -33,6 +33,7 @@ from channels.base import (
     InboxPort,
     OutboundMessage,
     parse_json,
+    read_body,
 )
 from channels.plugin import ExportReader, ReplyFeed
 from errors import ChannelAuthError, ChannelPayloadError, RejectedRequestError, StorageError
@@ -250,12 +251,7 @@ class WebChannel:
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise RejectedRequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise RejectedRequestError(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+    raw = await read_body(request, MAX_BODY_BYTES)
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise ChannelPayloadError("the body must be a JSON object")

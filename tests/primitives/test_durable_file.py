@@ -1,0 +1,35 @@
+"""`write_durably`: a file holds all of its bytes or does not exist, and no temporary is left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from primitives.durable_file import write_durably
+
+
+def test_a_write_replaces_the_file_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "folder" / "reply.eml"
+    write_durably(target, b"first", temp_prefix=".tmp-")
+    write_durably(target, b"second", temp_prefix=".tmp-")
+    assert target.read_bytes() == b"second"
+    assert [path.name for path in target.parent.iterdir()] == ["reply.eml"]
+
+
+def test_a_link_never_overwrites_an_existing_file(tmp_path: Path) -> None:
+    target = tmp_path / "archive.jsonl"
+    write_durably(target, b"kept", temp_prefix=".tmp-", replace=False)
+    with pytest.raises(FileExistsError):
+        write_durably(target, b"refused", temp_prefix=".tmp-", replace=False)
+    assert target.read_bytes() == b"kept"
+    assert [path.name for path in tmp_path.iterdir()] == ["archive.jsonl"]
+
+
+def test_a_failed_write_raises_oserror_and_leaves_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "folder"
+    target.mkdir()
+    with pytest.raises(IsADirectoryError):
+        write_durably(target, b"data", temp_prefix=".tmp-")  # a folder cannot be replaced
+    assert list(target.iterdir()) == []
+    assert [path.name for path in tmp_path.iterdir()] == ["folder"]
