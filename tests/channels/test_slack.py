@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -116,6 +117,32 @@ async def test_an_event_is_acknowledged_only_after_the_inbox_committed_it(
         )
     assert answer.status_code == 200
     assert [m.message_id for m in inbox.messages] == ["Ev1"]
+
+
+async def test_a_reloaded_workspace_allow_list_and_text_limit_apply_to_the_next_event(
+    served: tuple[SlackChannel, RecordingInbox],
+) -> None:
+    channel, inbox = served
+    channel.reconfigure(
+        dataclasses.replace(channel.settings, allowed_team_ids=frozenset({"T0OTHER"}))
+    )
+    async with client_for(channel) as client:
+        refused = await send_event(
+            client, event_envelope(direct_message("hi", ts="1700000000.1"), "Ev1")
+        )
+        channel.reconfigure(dataclasses.replace(channel.settings, allowed_team_ids=frozenset()))
+        channel.reconfigure(dataclasses.replace(channel.settings, max_text_chars=3))
+        too_long = await send_event(
+            client, event_envelope(direct_message("hello", ts="1700000000.2"), "Ev2")
+        )
+        channel.reconfigure(dataclasses.replace(channel.settings, max_text_chars=16_000))
+        accepted = await send_event(
+            client, event_envelope(direct_message("hello", ts="1700000000.3"), "Ev3")
+        )
+    assert refused.status_code == 403  # a workspace the reloaded allow-list leaves out
+    assert too_long.status_code == 200
+    assert accepted.status_code == 200
+    assert [m.message_id for m in inbox.messages] == ["Ev3"]
 
 
 async def test_an_inbox_failure_answers_503_so_slack_retries(slack_api: FakeSlackAPI) -> None:
