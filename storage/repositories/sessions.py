@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from errors import StorageError
 from storage.models import Session, SessionChannel, SessionMessage, SessionStatus
 from storage.repositories._sql import dialect_insert, new_session_id
+from storage.turn_store import MessageToStore, store_turn_messages
 
 
 class SessionRepository:
@@ -197,45 +198,37 @@ class SessionRepository:
         tokens: int = 0,
         metadata: dict[str, Any] | None = None,
     ) -> SessionMessage:
-        """Append a message with the next sequence number and update the session's counters.
-
-        The counter update and the insert share the transaction; the `UPDATE … RETURNING`
-        takes the session row's write lock, so two writers can never get the same number.
-        """
-        counters: dict[str, Any] = {
-            "last_seq": Session.last_seq + 1,
-            "message_count": Session.message_count + 1,
-            "last_active_at": at,
-            "updated_at": at,
-        }
-        if role == "user":
-            counters["user_message_count"] = Session.user_message_count + 1
-        elif role == "assistant":
-            counters["assistant_message_count"] = Session.assistant_message_count + 1
-        result = await self.session.execute(
-            update(Session)
-            .where(Session.id == session_id)
-            .values(counters)
-            .returning(Session.last_seq)
+        """Append a message with the next sequence number and update the session's counters,
+        through the same writer a turn uses (`storage.turn_store.store_turn_messages`, which
+        takes the session row's write lock, so two writers never get the same number)."""
+        seq = await store_turn_messages(
+            self.session,
+            session_id,
+            [
+                MessageToStore(
+                    role=role,
+                    channel_type=channel_type,
+                    content=content,
+                    tokens=tokens,
+                    thread_id=thread_id,
+                    message_id=message_id,
+                    in_reply_to=in_reply_to,
+                    metadata=metadata or {},
+                )
+            ],
+            at=at,
         )
-        seq = result.scalar_one_or_none()
-        if seq is None:
-            raise StorageError(f"session {session_id} does not exist")
-        row = SessionMessage(
-            session_id=session_id,
-            seq=seq,
-            role=role,
-            channel_type=channel_type,
-            thread_id=thread_id,
-            message_id=message_id,
-            in_reply_to=in_reply_to,
-            content=content,
-            tokens=tokens,
-            created_at=at,
-            metadata_json=metadata or {},
+        # The counters were moved by a Core statement: a loaded session row must read them again.
+        loaded = self.session.identity_map.get(self.session.identity_key(Session, (session_id,)))
+        if loaded is not None:
+            await self.session.refresh(loaded)
+        row = await self.session.scalar(
+            select(SessionMessage).where(
+                SessionMessage.session_id == session_id, SessionMessage.seq == seq
+            )
         )
-        self.session.add(row)
-        await self.session.flush()
+        if row is None:  # the insert above wrote it; only a broken transaction misses it
+            raise StorageError("the appended message is missing", key=session_id)
         return row
 
     async def messages(

@@ -113,6 +113,7 @@ async def test_messages_get_gapless_sequence_numbers_and_counters(database: Data
     session_id = await make_session(database)
     async with database.session() as session:
         sessions = SessionRepository(session)
+        loaded = await sessions.get(session_id)  # a row read before the appends …
         for index in range(3):
             await sessions.append_message(
                 session_id,
@@ -122,6 +123,8 @@ async def test_messages_get_gapless_sequence_numbers_and_counters(database: Data
                 at=T0 + timedelta(minutes=index),
                 metadata={"blocks": [{"type": "text", "text": "x"}]} if index == 1 else None,
             )
+        assert loaded is not None  # … sees the counters the appends moved
+        assert (loaded.message_count, loaded.last_seq) == (3, 3)
     async with database.session() as session:
         sessions = SessionRepository(session)
         messages = await sessions.messages(session_id)
