@@ -3,6 +3,7 @@ the JSON they print."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import secrets
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+import yaml
 from psycopg import sql
 
 
@@ -63,3 +65,25 @@ def run_and_print_json(
         return 130
     print(json.dumps(result, indent=2))
     return verdict(result)
+
+
+def add_config_overrides(parser: argparse.ArgumentParser, example: str) -> None:
+    """`--set KEY=VALUE` (repeatable): a gateway config key to override, VALUE read as YAML."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a gateway config key, e.g. {example} (VALUE is YAML)",
+    )
+
+
+def config_overrides(parser: argparse.ArgumentParser, items: list[str]) -> list[tuple[str, Any]]:
+    """The `--set` items as (dotted key, value) pairs; a malformed one is a usage error."""
+    overrides = []
+    for item in items:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            parser.error(f"--set {item}: expected KEY=VALUE")
+        overrides.append((key, yaml.safe_load(value)))
+    return overrides

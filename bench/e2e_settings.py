@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from benchkit import add_config_overrides, config_overrides
 from routing import DEFAULT_ADMIN_URL
 
 
@@ -66,20 +66,9 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--profile", type=Path, help="profile the gateway into FILE")
     parser.add_argument("--logs", type=Path, help="copy every process's log into DIR")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a gateway config key, e.g. sessions.max_concurrent_turns=200 (YAML)",
-    )
+    add_config_overrides(parser, "sessions.max_concurrent_turns=200")
     args = parser.parse_args(argv)
-    overrides = []
-    for item in args.set:
-        key, equals, value = item.partition("=")
-        if not equals or not key:
-            parser.error(f"--set {item}: expected KEY=VALUE")
-        overrides.append((key, yaml.safe_load(value)))
+    overrides = config_overrides(parser, args.set)
     if min(args.users, args.gateways, args.concurrency, args.messages) < 1 or args.warmup < 0:
         parser.error(
             "--users, --gateways, --concurrency and --messages must be positive, --warmup >= 0"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from benchkit import add_config_overrides, config_overrides
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -46,20 +46,9 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
     )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--profile", type=Path, help="run the gateway under cProfile into FILE")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a gateway config key, e.g. storage.pool_size=40 (VALUE is YAML)",
-    )
+    add_config_overrides(parser, "storage.pool_size=40")
     args = parser.parse_args(argv)
-    overrides = []
-    for item in args.set:
-        key, equals, value = item.partition("=")
-        if not equals or not key:
-            parser.error(f"--set {item}: expected KEY=VALUE")
-        overrides.append((key, yaml.safe_load(value)))
+    overrides = config_overrides(parser, args.set)
     if min(args.messages, args.users, args.concurrency) < 1 or args.warmup < 0:
         parser.error("--messages, --users and --concurrency must be positive, --warmup >= 0")
     if args.rate is not None and args.rate <= 0:
