@@ -42,10 +42,6 @@ class CheckResult:
         }
 
 
-# A check that does not apply to this configuration (channels raise it from their checks).
-SkippedError = CheckSkippedError
-
-
 async def run_checks(config: GatewayConfig) -> list[CheckResult]:
     """Every check, one after the other (each bounded by `CHECK_TIMEOUT_SECONDS`)."""
     checks: list[tuple[str, Callable[[], Awaitable[str]]]] = [
@@ -61,7 +57,7 @@ async def run_checks(config: GatewayConfig) -> list[CheckResult]:
             async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
                 detail = await check()
             status = "pass"
-        except SkippedError as exc:
+        except CheckSkippedError as exc:
             status, detail = "skip", str(exc)
         except TimeoutError:
             status, detail = "fail", f"no answer within {CHECK_TIMEOUT_SECONDS:.0f}s"
@@ -115,7 +111,7 @@ def channel_checks(config: GatewayConfig) -> list[tuple[str, Callable[[], Awaita
 
 
 async def _skip(reason: str) -> str:
-    raise SkippedError(reason)
+    raise CheckSkippedError(reason)
 
 
 async def check_anthropic(config: GatewayConfig) -> str:
@@ -125,9 +121,9 @@ async def check_anthropic(config: GatewayConfig) -> str:
     if provider == "auto":
         provider = "anthropic" if llm.api_key.get_secret_value() else "offline"
     if provider == "offline":
-        raise SkippedError("the offline provider needs no network")
+        raise CheckSkippedError("the offline provider needs no network")
     if provider != "anthropic":
-        raise SkippedError(f"{provider}: use the cloud's own tools to check access")
+        raise CheckSkippedError(f"{provider}: use the cloud's own tools to check access")
     import anthropic  # noqa: PLC0415
 
     client = anthropic.AsyncAnthropic(

@@ -20,7 +20,6 @@ until the process restarts. From the effective config one function builds the se
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,13 +144,3 @@ def _replace(model: BaseModel, path: list[str], value: object) -> BaseModel:
     if getattr(model, name) is value:
         return model
     return model.model_copy(update={name: value})
-
-
-def schema_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
-    """The dotted path of every leaf key of a config model (lists of models are leaves)."""
-    for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from schema_keys(annotation, f"{prefix}{name}.")
-        else:
-            yield f"{prefix}{name}"

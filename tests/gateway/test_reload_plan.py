@@ -6,6 +6,7 @@ settings bundle changes exactly in the parts a reloaded key feeds."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -14,7 +15,7 @@ from pydantic import BaseModel
 
 from channels.base import ChannelType
 from channels.registry import channel_plugins
-from gateway.reload import keep_running_values, restart_only_keys, schema_keys
+from gateway.reload import keep_running_values, restart_only_keys
 from gateway.runtime_settings import RELOADABLE, RuntimeSettings, runtime_settings
 from gateway.settings import GatewayConfig
 
@@ -57,6 +58,16 @@ def differing(old: object, new: object) -> set[str]:
         for field in dataclasses.fields(old)  # type: ignore[arg-type]
         if getattr(old, field.name) != getattr(new, field.name)
     }
+
+
+def schema_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """The dotted path of every leaf key of a config model (lists of models are leaves)."""
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from schema_keys(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}"
 
 
 BASE: dict[str, Any] = {
