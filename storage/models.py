@@ -299,6 +299,9 @@ class InboundEvent(Base):
     # Sequence number of the user message once it is in the transcript: a restarted turn
     # must not append it twice.
     appended_seq: Mapped[int | None] = mapped_column(Integer)
+    # The platform message a streamed answer is being written into (the channel's handle,
+    # `channels.live`): a restarted turn finishes it instead of posting a second reply.
+    live_reply: Mapped[dict[str, Any] | None]
     message: Mapped[dict[str, Any]] = mapped_column(default=dict)
     raw_payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
     error: Mapped[str | None] = mapped_column(Text)

@@ -136,6 +136,17 @@ class InboxRepository:
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
+    async def record_live_reply(self, event_id: int, handle: dict[str, Any]) -> bool:
+        """Remember the platform message a pending event's answer is being streamed into (a
+        restarted turn finishes it instead of posting another); False when the event is
+        finished or gone."""
+        result = await self.session.execute(
+            update(InboundEvent)
+            .where(InboundEvent.id == event_id, InboundEvent.status == InboundStatus.PENDING.value)
+            .values(live_reply=handle)
+        )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
     async def finish(
         self, event_id: int, status: InboundStatus, *, at: datetime, error: str | None = None
     ) -> bool:
