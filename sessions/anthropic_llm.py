@@ -1,8 +1,16 @@
 """The `LLMClient` on Anthropic's SDK: the Messages API directly, on Bedrock, or on Vertex.
 
-Retries are the SDK's own: exponential backoff on 408/409/429/5xx (529 "overloaded"
-included) and connection errors, honouring `retry-after`; timeouts per request. What still
-fails after `max_retries` becomes an `LLMError` carrying the status and the API's message.
+Retries are the SDK's own for the request itself: exponential backoff on 408/409/429/5xx
+(529 "overloaded" included) and connection errors, honouring `retry-after`; timeouts per
+request. What still fails after `max_retries` becomes an `LLMError` carrying the status and
+the API's message.
+
+With a `TurnProgress` the call streams (`messages.stream`) and each text delta goes to the
+progress as it arrives. The SDK retries only the request that opens a stream: a stream that
+breaks off later (an `error` event such as `overloaded_error`, a dropped connection, a stream
+that ends before `message_stop`) is started again here, up to `max_retries` times with
+backoff, after `progress.reset()` so the text shown starts over. Answers that are not the
+Messages API's shape are retried the same way, streamed or not.
 """
 
 from __future__ import annotations
@@ -13,14 +21,24 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anthropic
+import httpx2
 import structlog
 
 from errors import LLMError
 from sessions.llm import ContentBlock, LLMMessage, LLMRequest, LLMResponse
+from sessions.progress import TurnProgress
 
 log = structlog.stdlib.get_logger(__name__)
 
 MALFORMED_RETRY_SECONDS = 0.5
+"""The first pause before calling again after a malformed answer or a broken stream
+(doubling each time, at most `MAX_RETRY_SECONDS`)."""
+MAX_RETRY_SECONDS = 8.0
+
+RETRYABLE_STREAM_ERRORS = frozenset(
+    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+)
+"""`error` events of a stream worth starting again (the API's transient errors)."""
 
 Provider = Literal["anthropic", "bedrock", "vertex"]
 
@@ -73,6 +91,10 @@ def to_api_messages(messages: Sequence[LLMMessage]) -> list[dict[str, Any]]:
     return merged
 
 
+class _RetryableError(Exception):
+    """A call that may succeed when made again: a malformed answer or a broken stream."""
+
+
 class AnthropicLLM:
     """Completions from Claude through the `anthropic` SDK."""
 
@@ -81,8 +103,36 @@ class AnthropicLLM:
         self.name: str = settings.provider
         self._client = _client(settings)
 
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        """One Messages API call (the SDK retries); `LLMError` when it finally fails."""
+    async def complete(
+        self, request: LLMRequest, *, progress: TurnProgress | None = None
+    ) -> LLMResponse:
+        """One Messages API call (the SDK retries the request; malformed answers and broken
+        streams are retried here); `LLMError` when it finally fails. Streams into
+        `progress` when given."""
+        options = self._options(request)
+        failure: _RetryableError | None = None
+        for attempt in range(self.settings.max_retries + 1):
+            if attempt:
+                if progress is not None:
+                    progress.reset()
+                await asyncio.sleep(
+                    min(MALFORMED_RETRY_SECONDS * 2 ** (attempt - 1), MAX_RETRY_SECONDS)
+                )
+            try:
+                if progress is None:
+                    return await self._create(options)
+                return await self._stream(options, progress)
+            except _RetryableError as exc:
+                failure = exc
+                log.warning(
+                    "llm.call_retried",
+                    attempt=attempt + 1,
+                    streamed=progress is not None,
+                    error=str(exc)[:200],
+                )
+        raise LLMError(str(failure))
+
+    def _options(self, request: LLMRequest) -> dict[str, Any]:
         options: dict[str, Any] = {
             "model": self.settings.model,
             "max_tokens": request.max_tokens,
@@ -94,36 +144,76 @@ class AnthropicLLM:
                 {"name": t.name, "description": t.description, "input_schema": t.input_schema}
                 for t in request.tools
             ]
-        malformed: Exception | None = None
-        for attempt in range(self.settings.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(min(MALFORMED_RETRY_SECONDS * 2 ** (attempt - 1), 8.0))
-            try:
-                return _response(await self._create(options))
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                # A body that is not the Messages API's JSON (a proxy's error page, a cut-off
-                # answer): the SDK does not retry these, so this does.
-                malformed = exc
-                log.warning("llm.malformed_answer", attempt=attempt + 1, error=str(exc)[:200])
-        raise LLMError(f"the model API returned a malformed answer: {malformed}")
+        return options
 
-    async def _create(self, options: dict[str, Any]) -> Any:
+    async def _create(self, options: dict[str, Any]) -> LLMResponse:
         try:
-            return await self._client.messages.create(**options)
+            return _response(await self._client.messages.create(**options))
         except anthropic.APIStatusError as exc:
-            raise LLMError(
-                f"the model API answered {exc.status_code}: {_api_message(exc)}"
-            ) from exc
+            raise _status_error(exc) from exc
         except anthropic.APIConnectionError as exc:
             raise LLMError(f"the model API could not be reached: {exc}") from exc
         except anthropic.APIResponseValidationError as exc:
-            raise ValueError(f"the answer does not match the Messages API: {exc}") from exc
+            raise _malformed(exc) from exc
         except anthropic.APIError as exc:
             raise LLMError(f"the model API failed: {exc}") from exc
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            # A body that is not the Messages API's JSON (a proxy's error page, a cut-off
+            # answer): the SDK does not retry these, so `complete` does.
+            raise _malformed(exc) from exc
+
+    async def _stream(self, options: dict[str, Any], progress: TurnProgress) -> LLMResponse:
+        """One streamed call: text deltas into `progress`, the response from the final
+        message. Errors of the opening request are final (the SDK has retried them); a
+        stream that breaks off afterwards is `_RetryableError` when trying again may help."""
+        opened = False
+        try:
+            async with self._client.messages.stream(**options) as stream:
+                opened = True
+                finished = False
+                async for event in stream:
+                    if event.type == "text":
+                        progress.text(event.text)
+                    elif event.type == "message_stop":
+                        finished = True
+                if not finished:
+                    raise _RetryableError("the model API's stream ended before message_stop")
+                return _response(await stream.get_final_message())
+        except anthropic.APIStatusError as exc:
+            if opened:
+                raise _stream_error(exc) from exc
+            raise _status_error(exc) from exc
+        except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
+            if opened:
+                raise _RetryableError(f"the model API's stream broke off: {exc!r}") from exc
+            raise LLMError(f"the model API could not be reached: {exc}") from exc
+        except anthropic.APIResponseValidationError as exc:
+            raise _malformed(exc) from exc
+        except anthropic.APIError as exc:
+            raise LLMError(f"the model API failed: {exc}") from exc
+        except (ValueError, TypeError, KeyError, AttributeError, RuntimeError) as exc:
+            # Events out of order, tool input that is not JSON, a body that is no stream.
+            raise _malformed(exc) from exc
 
     async def close(self) -> None:
         """Close the SDK's connection pool."""
         await self._client.close()
+
+
+def _status_error(exc: anthropic.APIStatusError) -> LLMError:
+    return LLMError(f"the model API answered {exc.status_code}: {_api_message(exc)}")
+
+
+def _stream_error(exc: anthropic.APIStatusError) -> Exception:
+    """An `error` event in an open stream: worth another call when it is transient."""
+    message = f"the model API's stream failed: {_api_message(exc)}"
+    if _error_type(exc) in RETRYABLE_STREAM_ERRORS:
+        return _RetryableError(message)
+    return LLMError(message)
+
+
+def _malformed(exc: Exception) -> _RetryableError:
+    return _RetryableError(f"the model API returned a malformed answer: {exc}")
 
 
 def _response(message: Any) -> LLMResponse:
@@ -139,6 +229,12 @@ def _response(message: Any) -> LLMResponse:
         blocks=blocks,
         stop_reason=message.stop_reason or "end_turn",
     )
+
+
+def _error_type(exc: anthropic.APIStatusError) -> str:
+    body = exc.body
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("type", "")) if isinstance(error, dict) else ""
 
 
 def _api_message(exc: anthropic.APIStatusError) -> str:

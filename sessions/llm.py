@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from sessions.progress import TurnProgress
+
 Role = Literal["user", "assistant"]
 ContentBlock = dict[str, Any]
 """One Messages API content block (`text`, `tool_use`, `tool_result` …), kept exactly as sent."""
@@ -93,8 +95,15 @@ class LLMClient(Protocol):
 
     name: str
 
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Answer the last user message of `request`; raise `LLMError` when that fails."""
+    async def complete(
+        self, request: LLMRequest, *, progress: TurnProgress | None = None
+    ) -> LLMResponse:
+        """Answer the last user message of `request`; raise `LLMError` when that fails.
+
+        With `progress`, the answer streams: each piece of text goes to `progress.text` as
+        the model writes it, and `progress.reset` says the text so far was dropped (a call
+        retried after a stream broke off). The response is the same either way.
+        """
         ...
 
     async def close(self) -> None:
@@ -107,37 +116,45 @@ def estimate_tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
 
 
+_WORD_START = re.compile(r"(?<=\s)(?=\S)")
+
+
+def word_tokens(text: str) -> list[str]:
+    """`text` cut before each word, whitespace kept: the pieces a fake model streams, which
+    join back into `text` exactly."""
+    return [piece for piece in _WORD_START.split(text) if piece]
+
+
 class OfflineLLM:
     """Deterministic answers with no network, clearly labelled, for development and tests.
 
     A reply quotes the user's last message and says how much conversation it was given, so a
     reader (or a test) can see that context and ordering are right. The engine's bookkeeping
     calls (summaries, facts, topics) get simple extractive answers in the format the engine
-    asks of a real model. `latency` simulates a model's thinking time.
+    asks of a real model.
+
+    It paces itself like a model that streams: `latency` is the time before the first word,
+    `token_interval` the time between two words. A call with `progress` streams the answer
+    word by word; one without waits as long and returns it whole, as a real model would.
     """
 
     name = "offline"
 
-    def __init__(self, *, latency: float = 0.0) -> None:
+    def __init__(self, *, latency: float = 0.0, token_interval: float = 0.0) -> None:
         self.latency = latency
+        self.token_interval = token_interval
 
     async def close(self) -> None:
         """Nothing to release."""
 
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Answer `request` according to its purpose."""
+    async def complete(
+        self, request: LLMRequest, *, progress: TurnProgress | None = None
+    ) -> LLMResponse:
+        """Answer `request` according to its purpose (streamed into `progress` if given)."""
         if self.latency > 0:
             await asyncio.sleep(self.latency)
-        last = request.messages[-1].text if request.messages else ""
-        match request.purpose:
-            case "reply":
-                text = self._reply(request)
-            case "compaction_summary" | "session_summary":
-                text = offline_summary(last, max_chars=request.max_tokens * 4)
-            case "facts":
-                text = json.dumps(offline_facts(last))
-            case "topic":
-                text = json.dumps(offline_topic(last))
+        text = self._answer(request)
+        await self._write(text, progress)
         input_tokens = estimate_tokens(request.system) + sum(
             estimate_tokens(message.text) for message in request.messages
         )
@@ -148,6 +165,31 @@ class OfflineLLM:
             model="offline",
             blocks=({"type": "text", "text": text},),
         )
+
+    async def _write(self, text: str, progress: TurnProgress | None) -> None:
+        """Take the time writing `text` takes at `token_interval`, word by word into
+        `progress` when someone watches."""
+        words = word_tokens(text)
+        if progress is None:
+            if self.token_interval > 0 and len(words) > 1:
+                await asyncio.sleep(self.token_interval * (len(words) - 1))
+            return
+        for index, word in enumerate(words):
+            if index and self.token_interval > 0:
+                await asyncio.sleep(self.token_interval)
+            progress.text(word)
+
+    def _answer(self, request: LLMRequest) -> str:
+        last = request.messages[-1].text if request.messages else ""
+        match request.purpose:
+            case "reply":
+                return self._reply(request)
+            case "compaction_summary" | "session_summary":
+                return offline_summary(last, max_chars=request.max_tokens * 4)
+            case "facts":
+                return json.dumps(offline_facts(last))
+            case "topic":
+                return json.dumps(offline_topic(last))
 
     @staticmethod
     def _reply(request: LLMRequest) -> str:

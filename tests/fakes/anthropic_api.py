@@ -6,14 +6,23 @@ answers in the requested format); and can be scripted to answer the next request
 errors (429/529/500, with `retry-after`), tool calls, or after a delay. `latency` delays every
 answer that no script entry shapes (a model's thinking time, for load tests).
 
+A request with `"stream": true` gets the same answer as the Messages API's server-sent events
+(`message_start`, `ping`, `content_block_start`/`_delta`/`_stop` for text, one word a delta,
+and for tool calls with `input_json_delta`, `message_delta` with the stop reason and usage,
+`message_stop`), `token_interval` seconds between two text deltas. A script entry can break
+such a stream after some words: an `error` event (`stream_error`, e.g. `overloaded_error`) or
+a dropped connection (`drop_stream`). Every event sent is recorded in `sent` with the
+`time.monotonic()` it left, so a test can tell what the client had before the stream ended.
+
 Run as a process of its own for benchmarks: `python -m tests.fakes.anthropic_api --port N
---latency 2.0` (it then keeps no request bodies).
+--latency 2.0 --token-interval 0.02` (it then keeps no request bodies and no events).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -25,8 +34,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-from sessions.llm import offline_facts, offline_summary, offline_topic
+from sessions.llm import offline_facts, offline_summary, offline_topic, word_tokens
 from tests.e2e.harness import free_port
 from tests.fakes.threaded import ThreadedServer
 
@@ -34,7 +44,9 @@ from tests.fakes.threaded import ThreadedServer
 @dataclass
 class Scripted:
     """One scripted answer: an HTTP error, a tool call, text or a raw (malformed) body;
-    optionally after a delay."""
+    optionally after a delay. For a streamed request, optionally a stream that breaks after
+    `fail_after_tokens` text deltas, with an `error` event of type `stream_error` or a
+    dropped connection (`drop_stream`); a request that does not stream ignores these."""
 
     status: int = 200
     error_type: str = "overloaded_error"
@@ -43,6 +55,27 @@ class Scripted:
     text: str | None = None
     delay: float = 0.0
     raw: str | None = None  # a body sent as it is (a malformed answer)
+    stream_error: str | None = None
+    drop_stream: bool = False
+    fail_after_tokens: int = 1
+    token_interval: float | None = None  # this answer's pace (default: the server's)
+
+    @property
+    def breaks_stream(self) -> bool:
+        """Whether a streamed answer to this entry stops before its end."""
+        return self.stream_error is not None or self.drop_stream
+
+
+@dataclass(frozen=True, slots=True)
+class SentEvent:
+    """One server-sent event as it left the fake: the request it answered (its number among
+    all requests, from 0), the event's name, when (`time.monotonic()`), and a text delta's
+    text."""
+
+    request: int
+    name: str
+    at: float
+    text: str = ""
 
 
 def _text_of(content: Any) -> str:
@@ -74,6 +107,110 @@ def default_answer(body: dict[str, Any]) -> str:
     return f"Claude here. You said: {last[:200]}"
 
 
+def stream_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A Messages API answer as the API streams it: (event name, data) in order."""
+    usage = message["usage"]
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1},
+    }
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(message["content"]):
+        events += _block_events(index, block)
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """One content block's start, deltas (a word, or a piece of the tool input's JSON, each)
+    and stop."""
+    if block["type"] == "text":
+        opening: dict[str, Any] = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": token} for token in word_tokens(block["text"])]
+    else:
+        opening = {**block, "input": {}}
+        encoded = json.dumps(block["input"])
+        pieces = [encoded[i : i + 8] for i in range(0, len(encoded), 8)]
+        deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in pieces]
+    return [
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": opening},
+        ),
+        *(
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
+
+
+class EventStreamResponse(Response):
+    """Server-sent events paced like a model writing, recorded as they leave, and broken off
+    where the script says (an `error` event, or the connection dropped without the end of
+    the body)."""
+
+    def __init__(
+        self,
+        api: FakeAnthropicAPI,
+        number: int,
+        events: list[tuple[str, dict[str, Any]]],
+        scripted: Scripted,
+    ) -> None:
+        super().__init__(media_type="text/event-stream", headers={"cache-control": "no-cache"})
+        # The body's length is not known in advance: chunked, as the API sends it.
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self.api = api
+        self.number = number
+        self.events = events
+        self.scripted = scripted
+        interval = scripted.token_interval
+        self.interval = api.token_interval if interval is None else interval
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the events; a broken stream ends here without finishing the body."""
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        tokens = 0
+        for name, data in self.events:
+            if self.scripted.breaks_stream and (
+                tokens >= self.scripted.fail_after_tokens or name == "message_delta"
+            ):
+                if self.scripted.drop_stream:
+                    self.api.record_event(self.number, "dropped")
+                    return  # uvicorn closes the connection: the body never ends
+                error = {"type": self.scripted.stream_error, "message": "scripted"}
+                await self._send("error", {"type": "error", "error": error}, send)
+                break
+            text = data["delta"].get("text", "") if name == "content_block_delta" else ""
+            if text:
+                if tokens and self.interval > 0:
+                    await asyncio.sleep(self.interval)
+                tokens += 1
+            await self._send(name, data, send, text=text)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send(self, name: str, data: dict[str, Any], send: Send, *, text: str = "") -> None:
+        chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        self.api.record_event(self.number, name, text)
+
+
 class FakeAnthropicAPI:
     """The server; use as a context manager. `url` is the SDK's `base_url`."""
 
@@ -86,9 +223,23 @@ class FakeAnthropicAPI:
         self.bedrock_models: list[str] = []
         # Seconds every unscripted answer waits (a scripted one waits its own `delay`).
         self.latency: float = 0.0
-        # Keep each request body in `requests`; off for long benchmark runs (memory).
+        # Seconds between two text deltas of a streamed answer.
+        self.token_interval: float = 0.0
+        # Keep each request body in `requests` and each event in `sent`; off for long
+        # benchmark runs (memory).
         self.record: bool = True
+        self.sent: list[SentEvent] = []
+        self._count = 0
         self._server: ThreadedServer | None = None
+
+    def record_event(self, request: int, name: str, text: str = "") -> None:
+        """Note that an event of request number `request` left now."""
+        if self.record:
+            self.sent.append(SentEvent(request, name, time.monotonic(), text))
+
+    def sent_to(self, request: int) -> list[SentEvent]:
+        """The events sent in answer to request number `request`."""
+        return [event for event in self.sent if event.request == request]
 
     @property
     def replies(self) -> list[dict[str, Any]]:
@@ -98,6 +249,8 @@ class FakeAnthropicAPI:
 
     async def _messages(self, request: Request) -> Response:
         body = await request.json()
+        number = self._count
+        self._count += 1
         if self.record:
             self.requests.append(body)
         if self.on_request is not None:
@@ -129,21 +282,22 @@ class FakeAnthropicAPI:
         else:
             content = [{"type": "text", "text": scripted.text or default_answer(body)}]
         prompt_chars = len(json.dumps(body.get("messages"))) + len(str(body.get("system")))
-        return JSONResponse(
-            {
-                "id": f"msg_{uuid.uuid4().hex[:16]}",
-                "type": "message",
-                "role": "assistant",
-                "model": body.get("model", "claude-test"),
-                "content": content,
-                "stop_reason": stop_reason,
-                "stop_sequence": None,
-                "usage": {
-                    "input_tokens": prompt_chars // 4,
-                    "output_tokens": len(json.dumps(content)) // 4,
-                },
-            }
-        )
+        message = {
+            "id": f"msg_{uuid.uuid4().hex[:16]}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "claude-test"),
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": prompt_chars // 4,
+                "output_tokens": len(json.dumps(content)) // 4,
+            },
+        }
+        if body.get("stream"):
+            return EventStreamResponse(self, number, stream_events(message), scripted)
+        return JSONResponse(message)
 
     async def _bedrock_invoke(self, request: Request) -> Response:
         # Bedrock's InvokeModel takes the Messages API body without `model` (it is in the path).
@@ -188,9 +342,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="A fake Anthropic Messages API on loopback.")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer (0)")
+    parser.add_argument(
+        "--token-interval",
+        type=float,
+        default=0.0,
+        help="seconds between two words of a streamed answer (0)",
+    )
     args = parser.parse_args()
     api = FakeAnthropicAPI()
     api.latency = max(args.latency, 0.0)
+    api.token_interval = max(args.token_interval, 0.0)
     api.record = False
     uvicorn.run(api.app(), host="127.0.0.1", port=args.port, log_config=None, access_log=False)
 
