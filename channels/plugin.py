@@ -86,6 +86,27 @@ class ReplyFeed(Protocol):
         ...
 
 
+class ConversationHistory(Protocol):
+    """A user's conversation on a pull channel, both sides, as its page shows it again after a
+    reload (the gateway implements it over the sessions' messages and the outbox)."""
+
+    async def history(self, channel_id: str, *, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """The last `limit` messages to and from the channel address (feed items, `role`
+        "user" or "assistant"), oldest first, and the feed's cursor after the newest reply."""
+        ...
+
+
+class NoHistory:
+    """No history kept: the page starts empty and reads the feed from its start."""
+
+    async def history(self, channel_id: str, *, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """Nothing."""
+        return [], 0
+
+
+NO_HISTORY = NoHistory()
+
+
 class ExportReader(Protocol):
     """Reads the export an `/export` link points to (the gateway implements it)."""
 
@@ -107,6 +128,7 @@ class ChannelServices:
     sent: SentMessages
     feed: ReplyFeed
     exports: ExportReader
+    history: ConversationHistory = NO_HISTORY
 
 
 class CheckSkippedError(Exception):

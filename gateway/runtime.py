@@ -27,6 +27,7 @@ from gateway.outbox import OutboxFeed, OutboxSender, SentReplies
 from gateway.runtime_settings import RuntimeSettings, runtime_settings
 from gateway.settings import GatewayConfig, TranscriptsConfig
 from gateway.turns import TurnProcessor
+from gateway.web_history import WebHistory
 from gateway.work_slots import WORK_SLOTS, WaitingLLM, WorkSlots
 from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
 from sessions.compaction import Compactor
@@ -279,6 +280,7 @@ class GatewayRuntime:
             else lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
         )
         feed = OutboxFeed(database)
+        history = WebHistory(database)
         exports = SessionExports(database, clock)
         for channel_type, channel_settings in settings.channels.items():
             plugin = channel_plugin(channel_type)
@@ -290,6 +292,7 @@ class GatewayRuntime:
                 sent=SentReplies(database, channel_type),
                 feed=feed,
                 exports=exports,
+                history=history,
             )
             adapters[channel_type] = plugin.open(channel_settings, services)
         email_lookups = {

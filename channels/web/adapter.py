@@ -2,7 +2,10 @@
 
 `POST /web/v1/messages` `{"user", "text", "thread_id"?, "message_id"?}` → 202 `{"message_id"}`
 once the message is committed; `GET /web/v1/messages?user=U&after=CURSOR` → the replies to that
-user after the cursor, oldest first. Callers authenticate with `Authorization: Bearer <token>`
+user after the cursor, oldest first; the same with `Accept: text/event-stream` streams them,
+with the answer's status and text while it is written (`channels.web.events`);
+`GET /web/v1/history?user=U&limit=N` → the user's own messages and the replies, for the page
+after a reload. Callers authenticate with `Authorization: Bearer <token>`
 (tokens map to users in the config); with `dev_open` (development, loopback only) the `user`
 field is trusted instead. `GET /web/` serves the chat page that uses the API.
 """
@@ -12,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import re
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,28 +23,38 @@ from typing import Any
 
 import structlog
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from channels.base import (
-    ChannelMessage,
     ChannelType,
-    Conversation,
     DeliveryReceipt,
     InboxPort,
     OutboundMessage,
     parse_json,
     read_body,
 )
-from channels.plugin import ExportReader, ReplyFeed
+from channels.live import ReplyTarget
+from channels.plugin import NO_HISTORY, ConversationHistory, ExportReader, ReplyFeed
+from channels.web.events import EventStream, StreamTiming
+from channels.web.live import LiveHub, TooManyStreamsError, WebLiveReply
+from channels.web.parse import ID_PATTERN, USER_PATTERN, namespaced_id, parse_web_message
 from errors import ChannelAuthError, ChannelPayloadError, RejectedRequestError, StorageError
+
+# The parsing names stay importable from here, where they lived first.
+__all__ = [
+    "ID_PATTERN",
+    "MAX_BODY_BYTES",
+    "USER_PATTERN",
+    "WebChannel",
+    "WebSettings",
+    "namespaced_id",
+    "parse_web_message",
+]
 
 log = structlog.stdlib.get_logger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
-ID_PATTERN = re.compile(r"[A-Za-z0-9._:@+-]{1,200}")
-# A web user id never contains ':' (the separator of namespaced message ids).
-USER_PATTERN = re.compile(r"[A-Za-z0-9._@+-]{1,200}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,64 +64,20 @@ class WebSettings:
     dev_open: bool
     tokens: Mapping[str, str]  # token → user id
     max_text_chars: int
-
-
-def namespaced_id(user_id: str, message_id: str) -> str:
-    """Web message ids are chosen by clients: scope them to the user so users never collide."""
-    return f"{user_id}:{message_id}"
-
-
-def parse_web_message(
-    body: object, *, user_id: str, now: datetime, max_text_chars: int
-) -> ChannelMessage:
-    """The `ChannelMessage` for a POST body from `user_id`; raises `ChannelPayloadError`."""
-    if not isinstance(body, dict):
-        raise ChannelPayloadError("the body must be a JSON object")
-    if not USER_PATTERN.fullmatch(user_id):
-        raise ChannelPayloadError("a web user id is letters, digits and . _ @ + - only")
-    unknown = sorted(set(body) - {"user", "text", "thread_id", "message_id"})
-    if unknown:
-        raise ChannelPayloadError(f"unknown field(s): {', '.join(unknown)}")
-    text = body.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise ChannelPayloadError("'text' must be a non-empty string")
-    if len(text) > max_text_chars:
-        raise RejectedRequestError(413, f"'text' is longer than {max_text_chars} characters")
-    thread_id = _optional_id(body, "thread_id")
-    message_id = _optional_id(body, "message_id") or uuid.uuid4().hex
-    return ChannelMessage(
-        channel_type=ChannelType.WEB,
-        channel_id=user_id,
-        message_id=namespaced_id(user_id, message_id),
-        user_identifier=user_id,
-        content=text,
-        timestamp=now,
-        thread_id=thread_id or "",
-        reply_context={"client_message_id": message_id},
-        conversation=Conversation.DIRECT,  # the user's own feed
-        raw=dict(body),
-    )
+    # Show the answer's status and text on open event streams while it is written.
+    streaming: bool = True
 
 
 def _read_page() -> str:
     return resources.files("channels.web").joinpath("page.html").read_text(encoding="utf-8")
 
 
-def _optional_id(body: Mapping[str, object], field: str) -> str | None:
-    value = body.get(field)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
-        raise ChannelPayloadError(
-            f"'{field}' must be 1-200 characters of letters, digits and . _ : @ + -"
-        )
-    return value
-
-
 class WebChannel:
     """The web channel's HTTP routes and its (trivial) outbound half."""
 
     channel_type = ChannelType.WEB
+    # Updates are in-process hand-overs to open streams: nothing to pace but the browser.
+    live_interval = 0.1
 
     def __init__(
         self,
@@ -121,6 +88,9 @@ class WebChannel:
         *,
         clock: Callable[[], datetime],
         on_rejected: Callable[[int, str], None],
+        history: ConversationHistory = NO_HISTORY,
+        hub: LiveHub | None = None,
+        timing: StreamTiming | None = None,
     ) -> None:
         self.settings = settings
         self.inbox = inbox
@@ -128,6 +98,9 @@ class WebChannel:
         self.exports = exports
         self.clock = clock
         self.on_rejected = on_rejected
+        self.history = history
+        self.hub = hub or LiveHub()
+        self.timing = timing or StreamTiming()
         self._page: str | None = None
 
     async def start(self) -> None:
@@ -135,17 +108,32 @@ class WebChannel:
         self._page = await asyncio.to_thread(_read_page)
 
     async def stop(self) -> None:
-        """Nothing to close."""
+        """End the open event streams (their clients reconnect to another process)."""
+        self.hub.close()
 
     def reconfigure(self, settings: WebSettings) -> None:
-        """Apply reloaded tokens, `dev_open` and the text limit to the next request."""
+        """Apply reloaded tokens, `dev_open`, the text limit and `streaming` to the next
+        request or turn."""
         self.settings = settings
+
+    def live_reply(
+        self, target: ReplyTarget, *, resume: Mapping[str, Any] | None = None
+    ) -> WebLiveReply | None:
+        """The turn's status and text for the user's open streams (`channels.live`); None
+        with `streaming` off. A resumed turn needs nothing special: there is no platform
+        message, and the feed holds the one reply."""
+        if not self.settings.streaming:
+            return None
+        # The feed's key is the web user id (the message's channel id), not the gateway's.
+        user = target.channel_id
+        return WebLiveReply(self.hub, user, target.in_reply_to.removeprefix(f"{user}:"))
 
     def routes(self) -> Sequence[Route]:
         """The channel's routes, mounted by the gateway's app."""
         return [
             Route("/web/v1/messages", self.post_message, methods=["POST"]),
             Route("/web/v1/messages", self.get_messages, methods=["GET"]),
+            Route("/web/v1/history", self.get_history, methods=["GET"]),
             Route("/web/v1/exports/{token}", self.get_export, methods=["GET"]),
             Route("/web/", self.page, methods=["GET"]),
         ]
@@ -176,7 +164,9 @@ class WebChannel:
         )
 
     async def get_messages(self, request: Request) -> Response:
-        """The replies to the caller after the cursor."""
+        """The replies to the caller after the cursor: a JSON page, or an event stream."""
+        if "text/event-stream" in request.headers.get("accept", ""):
+            return await self.stream_messages(request)
         try:
             user_id = self._authenticate(request, request.query_params.get("user"))
             after = _cursor(request.query_params.get("after"))
@@ -184,6 +174,36 @@ class WebChannel:
         except (RejectedRequestError, ChannelPayloadError, ChannelAuthError) as exc:
             return self._reject(request, exc)
         messages, cursor = await self.feed.replies(user_id, after=after, limit=limit)
+        return JSONResponse({"messages": messages, "cursor": str(cursor)})
+
+    async def stream_messages(self, request: Request) -> Response:
+        """The replies after the cursor (or `Last-Event-ID`) and the live answers, as
+        server-sent events; 429 over the per-user limit of open streams."""
+        try:
+            user_id = self._authenticate(request, request.query_params.get("user"))
+            resumed = request.headers.get("last-event-id")
+            after = _cursor(resumed if resumed else request.query_params.get("after"))
+            stream = EventStream(self.hub, self.feed, user_id, after=after, timing=self.timing)
+            subscription = stream.open()
+        except TooManyStreamsError as exc:
+            return self._reject(request, RejectedRequestError(429, str(exc)))
+        except (RejectedRequestError, ChannelPayloadError, ChannelAuthError) as exc:
+            return self._reject(request, exc)
+        return StreamingResponse(
+            stream.body(subscription),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    async def get_history(self, request: Request) -> Response:
+        """The caller's conversation for the page after a reload: their own messages and the
+        replies, oldest first, and the feed cursor to continue from."""
+        try:
+            user_id = self._authenticate(request, request.query_params.get("user"))
+            limit = _limit(request.query_params.get("limit"))
+        except (RejectedRequestError, ChannelPayloadError, ChannelAuthError) as exc:
+            return self._reject(request, exc)
+        messages, cursor = await self.history.history(user_id, limit=limit)
         return JSONResponse({"messages": messages, "cursor": str(cursor)})
 
     async def get_export(self, request: Request) -> Response:

@@ -41,6 +41,7 @@ class WebChannelConfig(StrictModel):
     dev_open: bool = True
     tokens: tuple[WebToken, ...] = ()
     max_text_chars: int = Field(default=16_000, ge=1)
+    streaming: bool = True
 
     @field_validator("tokens")
     @classmethod

@@ -17,11 +17,12 @@ def settings_of(section: WebChannelConfig) -> WebSettings:
         dev_open=section.dev_open,
         tokens={token.token.get_secret_value(): token.user for token in section.tokens},
         max_text_chars=section.max_text_chars,
+        streaming=section.streaming,
     )
 
 
 def open_web(settings: WebSettings, services: ChannelServices) -> ChannelAdapter:
-    """The web channel's routes over the gateway's inbox, reply feed and exports."""
+    """The web channel's routes over the gateway's inbox, reply feed, history and exports."""
     return WebChannel(
         settings,
         services.inbox,
@@ -29,6 +30,7 @@ def open_web(settings: WebSettings, services: ChannelServices) -> ChannelAdapter
         services.exports,
         clock=services.clock,
         on_rejected=services.on_rejected,
+        history=services.history,
     )
 
 
@@ -56,7 +58,7 @@ PLUGIN: ChannelPlugin[WebChannelConfig, WebSettings] = ChannelPlugin(
     config_model=WebChannelConfig,
     settings_of=settings_of,
     open=open_web,
-    reloadable=frozenset({"dev_open", "tokens", "max_text_chars"}),
+    reloadable=frozenset({"dev_open", "tokens", "max_text_chars", "streaming"}),
     restart_only=frozenset(),
     pulls_replies=True,
     check=check,

@@ -160,6 +160,21 @@ class OutboxRepository:
         )
         return list(result.scalars())
 
+    async def latest(
+        self, channel_type: str, channel_id: str, *, limit: int
+    ) -> list[OutboundMessage]:
+        """The newest replies on one channel address, newest first (a page shown again)."""
+        result = await self.session.execute(
+            select(OutboundMessage)
+            .where(
+                OutboundMessage.channel_type == channel_type,
+                OutboundMessage.channel_id == channel_id,
+            )
+            .order_by(OutboundMessage.id.desc())
+            .limit(limit)
+        )
+        return list(result.scalars())
+
     async def sent_since(
         self, channel_type: str, channel_id: str, kind: str, since: datetime
     ) -> bool:

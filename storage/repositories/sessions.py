@@ -257,6 +257,25 @@ class SessionRepository:
         result = await self.session.execute(statement)
         return list(result.scalars())
 
+    async def user_messages_on(
+        self, user_id: str, channel_type: str, *, message_id_prefix: str, limit: int
+    ) -> list[SessionMessage]:
+        """The user's own newest messages on one channel across their sessions, newest first,
+        those whose platform id starts with `message_id_prefix` (one identity's messages)."""
+        result = await self.session.execute(
+            select(SessionMessage)
+            .join(Session, Session.id == SessionMessage.session_id)
+            .where(
+                Session.user_id == user_id,
+                SessionMessage.role == "user",
+                SessionMessage.channel_type == channel_type,
+                SessionMessage.message_id.startswith(message_id_prefix, autoescape=True),
+            )
+            .order_by(SessionMessage.created_at.desc(), SessionMessage.id.desc())
+            .limit(limit)
+        )
+        return list(result.scalars())
+
     async def set_topic(self, session_id: str, summary: str, topics: Sequence[str]) -> None:
         """Replace the session's topic summary and keywords."""
         await self.session.execute(

@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
 from channels.base import ChannelType
-from channels.web.adapter import MAX_BODY_BYTES, namespaced_id, parse_web_message
+from channels.web.adapter import MAX_BODY_BYTES
+from channels.web.parse import namespaced_id, parse_web_message
 from errors import ChannelPayloadError, RejectedRequestError
 from storage.models import InboundEvent
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway

@@ -1,0 +1,83 @@
+"""The web page's conversation after a reload: the user's own web messages and the replies.
+
+The replies are the feed's (the outbox rows to the user's web address); the user's messages
+are what the sessions stored (`session_messages`, role user, channel web), so a deleted
+session's messages and replies are gone from the history as from everywhere else. A message
+still being answered is not in it yet: it is stored with its reply.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from channels.base import ChannelType
+from storage.database import Database
+from storage.models import OutboundMessage, SessionMessage
+from storage.repositories.outbox import OutboxRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.users import UserRepository
+
+
+class WebHistory:
+    """`channels.plugin.ConversationHistory` of the web channel, read from the database."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    async def history(self, channel_id: str, *, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """The last `limit` messages of the web user `channel_id`, oldest first, and the feed
+        cursor after the newest reply (where the page's feed continues)."""
+        channel = ChannelType.WEB.value
+        prefix = f"{channel_id}:"  # web message ids are scoped to their user
+        async with self.database.session() as db:
+            replies = await OutboxRepository(db).latest(channel, channel_id, limit=limit)
+            user = await UserRepository(db).find_by_identity(channel, channel_id)
+            own = (
+                await SessionRepository(db).user_messages_on(
+                    user.id, channel, message_id_prefix=prefix, limit=limit
+                )
+                if user is not None
+                else []
+            )
+        cursor = replies[0].id if replies else 0
+        answered = {reply.in_reply_to: reply.created_at for reply in replies if reply.in_reply_to}
+        timeline = [(reply.created_at, 1, _reply_item(reply, prefix)) for reply in replies]
+        timeline.extend(
+            (_shown_at(message, answered), 0, _user_item(message, prefix)) for message in own
+        )
+        timeline.sort(key=lambda entry: (entry[0], entry[1]))
+        return [item for _, _, item in timeline[-limit:]], cursor
+
+
+def _shown_at(message: SessionMessage, answered: dict[str, datetime]) -> datetime:
+    """Where a user's message belongs in time: never after its reply (both are stored in one
+    transaction, but a reply is what the user saw first only if it is older)."""
+    reply_at = answered.get(message.message_id or "")
+    return min(message.created_at, reply_at) if reply_at is not None else message.created_at
+
+
+def _user_item(message: SessionMessage, prefix: str) -> dict[str, Any]:
+    """A user's message in the shape of a feed item (`role` user, the client's own id)."""
+    return {
+        "message_id": (message.message_id or "").removeprefix(prefix),
+        "role": "user",
+        "text": message.content,
+        "session_id": message.session_id,
+        "thread_id": message.thread_id or None,
+        "in_reply_to": None,
+        "created_at": message.created_at.isoformat(),
+    }
+
+
+def _reply_item(reply: OutboundMessage, prefix: str) -> dict[str, Any]:
+    """A reply exactly as the JSON feed shows it (`gateway.outbox.OutboxFeed`)."""
+    return {
+        "message_id": reply.message_id,
+        "role": "assistant",
+        "text": reply.content,
+        "session_id": reply.session_id,
+        "thread_id": reply.thread_id or None,
+        "in_reply_to": (reply.in_reply_to or "").removeprefix(prefix) or None,
+        "created_at": reply.created_at.isoformat(),
+    }
