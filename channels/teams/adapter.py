@@ -7,7 +7,11 @@ resends). Replies go out through the Bot Connector at the activity's service URL
 the conversation reference the parse step put into `reply_context`, so the outbox can send
 them long after the request (proactive messaging), into the same reply chain.
 
-Bot Framework specifics stay in `teams*.py`, so a move to the M365 Agents SDK touches only them.
+Live replies (`channels.live.LiveChannel`): `live_reply` streams the answer into a personal
+chat or shows a typing indicator elsewhere (`channels.teams.live`), and `send` finishes a
+streamed reply with its final message instead of posting a second one.
+
+Bot Framework specifics stay in this package, so a move to the M365 Agents SDK touches only it.
 
 HTTP answers: 200 (accepted, duplicate, ignored, or answered in chat), 400 malformed activity,
 401 failed authentication or tenant not allowed, 413 body too large, 503 message not stored or
@@ -18,24 +22,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from typing import Any
 
 import httpx
-import requests
 import structlog
-from botbuilder.core import TurnContext  # type: ignore[import-untyped]  # (untyped SDK)
-from botbuilder.schema import (  # type: ignore[import-untyped]
-    Activity,
-    ActivityTypes,
-    ConversationReference,
-    TextFormatTypes,
-)
-from botframework.connector.aio import ConnectorClient  # type: ignore[import-untyped]
-from msrest.exceptions import ClientRequestError, HttpOperationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -48,6 +40,7 @@ from channels.base import (
     parse_json,
     read_body,
 )
+from channels.live import LiveReply, ReplyTarget, live_handle
 from channels.teams.auth import (
     BOT_FRAMEWORK_ISSUER,
     DEFAULT_OPENID_METADATA_URL,
@@ -59,13 +52,13 @@ from channels.teams.auth import (
     SigningKeysUnavailableError,
     TeamsCredentialsFactory,
 )
+from channels.teams.connector import ChatPace, TeamsConnector, message_activity
+from channels.teams.live import LIVE_INTERVAL, TeamsStreams
 from channels.teams.parse import (
-    REPLY_CHAIN_MARKER,
     bot_was_added,
     conversation_reference,
     ignore_reason,
     parse_teams_activity,
-    split_conversation_id,
     tenant_of,
 )
 from errors import (
@@ -76,20 +69,16 @@ from errors import (
     RejectedRequestError,
     StorageError,
 )
-from primitives.bounded_cache import BoundedCache
 
 __all__ = ["TeamsChannel", "TeamsSettings", "parse_teams_activity"]
 
 log = structlog.stdlib.get_logger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
-CONNECTOR_CLIENTS = 100  # Bot Connector clients kept, one per service URL (Teams has a few)
 WELCOME_TEXT = (
     "Hello! I'm your assistant. Write to me here, or mention me in a channel to ask something "
     "there. Type /help to see the commands."
 )
-_PERMANENT_STATUSES = range(400, 500)
-_THROTTLED_STATUSES = (429, 503)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +96,7 @@ class TeamsSettings:
     oauth_token_url: str | None = None
     insecure_dev_mode: bool = False
     max_text_chars: int = 16_000  # longer → a polite chat reply, not processed
+    streaming: bool = True  # live replies: streamed in personal chats, typing elsewhere
     token_issuer: str = BOT_FRAMEWORK_ISSUER
     oauth_scope: str = DEFAULT_SCOPE
     request_timeout: float = 30.0
@@ -116,6 +106,8 @@ class TeamsChannel:
     """The Teams channel: its HTTP route, and sending replies through the Bot Connector."""
 
     channel_type = ChannelType.TEAMS
+    # Teams takes about one request a second per chat (`ChatPace` holds every chat to it).
+    live_interval = LIVE_INTERVAL
 
     def __init__(
         self,
@@ -124,8 +116,10 @@ class TeamsChannel:
         *,
         clock: Callable[[], datetime],
         on_rejected: Callable[[int, str], None] | None = None,
+        pace: ChatPace | None = None,
     ) -> None:
-        """Raises `ConfigError` without an app id and password, unless `insecure_dev_mode`."""
+        """Raises `ConfigError` without an app id and password, unless `insecure_dev_mode`.
+        `pace` spaces the live requests to each chat (one a second unless a test says)."""
         for key, value in (("app_id", settings.app_id), ("app_password", settings.app_password)):
             if not value.strip() and not settings.insecure_dev_mode:
                 raise ConfigError(
@@ -149,8 +143,10 @@ class TeamsChannel:
             keys,
             issuer=settings.token_issuer,
         )
-        self._connectors: BoundedCache[str, Any] = BoundedCache(CONNECTOR_CLIENTS)
-        self._exits = AsyncExitStack()
+        self._connector = TeamsConnector(
+            self._credentials, request_timeout=settings.request_timeout, clock=clock
+        )
+        self._streams = TeamsStreams(self._connector, pace or ChatPace(LIVE_INTERVAL), clock=clock)
         if settings.insecure_dev_mode:
             log.warning(
                 "teams.verification_disabled",
@@ -175,25 +171,37 @@ class TeamsChannel:
         return await self._handle(activity)
 
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
-        """Post a reply (Markdown) where `reply_context` points; raises `DeliveryError`."""
+        """Post a reply (Markdown) where `reply_context` points; a streamed reply finishes its
+        stream instead (`TeamsStreams.finish`). Raises `DeliveryError`."""
         reference = message.reply_context.get("conversation_reference")
         if not isinstance(reference, Mapping) or not reference.get("serviceUrl"):
             raise DeliveryError("no Teams conversation reference to reply to", permanent=True)
         thread = message.thread_id or str(message.reply_context.get("thread_root") or "")
+        live = live_handle(message)
+        if live is not None:
+            return await self._streams.finish(reference, thread, message.content, live)
         return await self._post(reference, message.content, thread)
+
+    def live_reply(
+        self, target: ReplyTarget, *, resume: Mapping[str, Any] | None = None
+    ) -> LiveReply | None:
+        """The turn's live reply: a stream in a personal chat, typing elsewhere; None when
+        `channels.teams.streaming` is off. With `resume`, no new stream is started."""
+        if not self.settings.streaming and resume is None:
+            return None
+        return self._streams.reply(target, resume)
 
     async def start(self) -> None:
         """Nothing to open: activities arrive on the HTTP route."""
 
     def reconfigure(self, settings: TeamsSettings) -> None:
-        """Apply the reloaded tenant allow-list and text limit to the next activity (the app
-        credentials and endpoints need a restart)."""
+        """Apply the reloaded tenant allow-list, text limit and streaming switch to the next
+        activity and turn (the app credentials and endpoints need a restart)."""
         self.settings = settings
 
     async def stop(self) -> None:
         """Close the connector sessions and the HTTP client; drop the keys from the SDK's cache."""
-        await self._exits.aclose()
-        self._connectors.clear()
+        await self._connector.close()
         self._authenticator.forget_keys()
         await self._http.aclose()
 
@@ -266,59 +274,8 @@ class TeamsChannel:
             log.warning("teams.courtesy_reply_failed", error=str(exc))
 
     async def _post(self, reference: Mapping[str, Any], text: str, thread: str) -> DeliveryReceipt:
-        try:
-            ref = ConversationReference.deserialize(dict(reference))
-        except (ValueError, TypeError) as exc:  # msrest's DeserializationError is a ValueError
-            raise DeliveryError("invalid Teams conversation reference", permanent=True) from exc
-        if ref.conversation is None or not ref.conversation.id or not ref.service_url:
-            raise DeliveryError("incomplete Teams conversation reference", permanent=True)
-        base, root = split_conversation_id(str(ref.conversation.id))
-        root = thread or root
-        ref.conversation.id = f"{base}{REPLY_CHAIN_MARKER}{root}" if root else base
-        activity = TurnContext.apply_conversation_reference(
-            Activity(type=ActivityTypes.message, text=text, text_format=TextFormatTypes.markdown),
-            ref,
-        )
-        await self._credentials.refresh()
-        conversations = self._connector(str(ref.service_url)).conversations
-        try:
-            if activity.reply_to_id:
-                result = await conversations.reply_to_activity(
-                    ref.conversation.id, activity.reply_to_id, activity
-                )
-            else:
-                result = await conversations.send_to_conversation(ref.conversation.id, activity)
-        except HttpOperationError as exc:
-            raise self._delivery_error(exc) from exc
-        except (ClientRequestError, requests.RequestException, OSError) as exc:
-            raise DeliveryError(f"Bot Connector unreachable: {exc}") from exc
-        except ValueError as exc:  # msrest's DeserializationError: an answer that is no activity
-            raise DeliveryError(f"the Bot Connector's answer could not be read: {exc}") from exc
-        return DeliveryReceipt(platform_message_id=getattr(result, "id", None))
-
-    def _connector(self, service_url: str) -> Any:
-        client = self._connectors.get(service_url)
-        if client is None:
-            client = ConnectorClient(self._credentials, base_url=service_url)
-            # The outbox owns retries (and honours Retry-After); the SDK would retry blindly.
-            client.config.retry_policy.retries = 0
-            client.config.connection.timeout = self.settings.request_timeout
-            # Closed at stop() even if dropped from the cache before: a reply may still use it.
-            self._exits.push_async_exit(client.__aexit__)
-            self._connectors.put(service_url, client)
-        return client
-
-    def _delivery_error(self, exc: HttpOperationError) -> DeliveryError:
-        status = int(getattr(exc.response, "status_code", 0) or 0)
-        headers = getattr(exc.response, "headers", None) or {}
-        message = f"Bot Connector answered HTTP {status}: {str(exc)[:200]}"  # (code) message
-        if status == 401:
-            self._credentials.invalidate()
-        if status in _THROTTLED_STATUSES or status >= 500 or status == 0:
-            return DeliveryError(
-                message, retry_after=_retry_after(headers.get("Retry-After"), self.clock())
-            )
-        return DeliveryError(message, permanent=status in _PERMANENT_STATUSES)
+        identifier = await self._connector.post(reference, thread, message_activity(text))
+        return DeliveryReceipt(platform_message_id=identifier)
 
     def _refuse(self, refusal: RejectedRequestError, event: str = "teams.rejected") -> Response:
         self._log_refusal(refusal.status, refusal.reason, event)
@@ -350,18 +307,3 @@ async def _activity_body(request: Request) -> dict[str, Any]:
         if not isinstance(body.get(field), str) or not body[field]:
             raise RejectedRequestError(400, f"an activity needs '{field}'")
     return body
-
-
-def _retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    if value.strip().isdigit():
-        return float(value.strip())
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())

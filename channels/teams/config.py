@@ -29,6 +29,8 @@ class TeamsChannelConfig(StrictModel):
     tenant_ids: tuple[NonEmptyStr, ...] = ()
     openid_metadata_url: OptionalStr = None
     oauth_token_url: OptionalStr = None
+    # Live replies: streamed in personal chats, a typing indicator elsewhere.
+    streaming: bool = True
 
     @field_validator("app_id")
     @classmethod

@@ -30,6 +30,7 @@ def settings_of(section: TeamsChannelConfig) -> TeamsSettings:
         openid_metadata_url=section.openid_metadata_url or None,
         oauth_token_url=section.oauth_token_url or None,
         insecure_dev_mode=section.insecure_dev_mode,
+        streaming=section.streaming,
     )
 
 
@@ -71,7 +72,7 @@ PLUGIN: ChannelPlugin[TeamsChannelConfig, TeamsSettings] = ChannelPlugin(
     config_model=TeamsChannelConfig,
     settings_of=settings_of,
     open=open_teams,
-    reloadable=frozenset({"tenant_ids"}),
+    reloadable=frozenset({"tenant_ids", "streaming"}),
     restart_only=frozenset(
         {"insecure_dev_mode", "app_id", "app_password", "openid_metadata_url", "oauth_token_url"}
     ),

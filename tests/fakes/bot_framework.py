@@ -3,8 +3,18 @@
 It serves an OpenID metadata document and a JWKS with a test RSA key (endorsed for `msteams`),
 an OAuth2 token endpoint (client credentials → a bearer token it remembers), and a Bot
 Connector (`/{region}/v3/conversations/{id}/activities[/{activityId}]`) that records every
-activity posted with a token it issued, and can be told to fail the next posts (429 with
-Retry-After, 503, 404 …). `mint_token` makes real RS256 JWTs like the channel service's.
+activity posted with a token it issued (`posted`: messages; `typing`: typing activities, with
+their entities), and can be told to fail the next posts (429 with Retry-After, 503, 404 …).
+`mint_token` makes real RS256 JWTs like the channel service's.
+
+Streams behave as Teams documents them for personal chats: a `typing` activity with a
+`streaminfo` entity and no `streamId` starts a stream (201, its id is the stream id), later
+updates name it and carry a greater `streamSequence` and text that extends the last streamed
+text (202), and a `message` with `streamType: final` ends it; anything sent to an ended
+stream is refused with 403 `ContentStreamNotAllowed`, as are the requests after the user's
+Stop (`stop_streams_after`), after the two minutes (`expire_stream`) and to a bot that may not
+stream (`refuse_streaming`). Breaches of the protocol are answered 400 and kept in
+`stream_errors`; `too_fast` lists requests to one conversation less than a second apart.
 
 It runs with uvicorn inside the test's event loop: `async with FakeBotFramework() as fake:`.
 """
@@ -18,7 +28,7 @@ import itertools
 import socket
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -64,6 +74,15 @@ class PostedActivity:
     reply_to_id: str | None
     body: dict[str, Any]
     authorization: str | None
+    received_at: float = 0.0  # time.monotonic() when it arrived
+
+    @property
+    def stream_info(self) -> dict[str, Any] | None:
+        """The activity's `streaminfo` entity, if it has one."""
+        for entity in self.body.get("entities") or ():
+            if isinstance(entity, dict) and entity.get("type") == "streaminfo":
+                return entity
+        return None
 
 
 @dataclass
@@ -72,6 +91,30 @@ class Failure:
 
     status: int
     headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FakeStream:
+    """A stream the connector opened: its chat, last sequence and text, and how it ended."""
+
+    stream_id: str
+    conversation_id: str
+    sequence: int = 0
+    text: str = ""
+    updates: int = 0
+    ended: str = ""  # "", "final", "stopped" (the user's Stop) or "expired"
+
+
+@dataclass
+class Refusal:
+    """An error answer of the connector."""
+
+    status: int
+    code: str
+    message: str
+
+
+STREAM_REFUSED = "ContentStreamNotAllowed"
 
 
 class _QuietServer(uvicorn.Server):
@@ -92,6 +135,13 @@ class FakeBotFramework:
         self.token_requests: list[dict[str, str]] = []
         self.metadata_requests = 0
         self.failures: deque[Failure] = deque()
+        self.typing: list[PostedActivity] = []
+        self.requests: list[tuple[str, float]] = []  # (conversation without reply chain, time)
+        self.streams: dict[str, FakeStream] = {}
+        self.stream_errors: list[str] = []
+        self.stop_after: int | None = None
+        self.streaming_refused = False
+        self._changed = asyncio.Event()
         self._issued: set[str] = set()
         self._ids = itertools.count(1)
         self._server: _QuietServer | None = None
@@ -112,6 +162,43 @@ class FakeBotFramework:
     def fail_next(self, status: int, headers: dict[str, str] | None = None) -> None:
         """Answer the next connector post with `status` (and headers)."""
         self.failures.append(Failure(status, headers or {}))
+
+    def stop_streams_after(self, updates: int) -> None:
+        """The user presses Stop once a stream has had `updates` updates: every later request
+        to it (update or final) is refused with 403 `ContentStreamNotAllowed`."""
+        self.stop_after = updates
+
+    def expire_stream(self, stream_id: str) -> None:
+        """The stream's two minutes are over: later requests to it are refused (403)."""
+        self.streams[stream_id].ended = "expired"
+
+    def refuse_streaming(self) -> None:
+        """Streaming is not allowed for this bot: a request that starts a stream gets 403."""
+        self.streaming_refused = True
+
+    def too_fast(self, interval: float = 1.0) -> list[tuple[str, float]]:
+        """Requests that came less than `interval` seconds after the previous one to the same
+        conversation: (conversation, gap)."""
+        last: dict[str, float] = {}
+        found = []
+        for conversation, at in self.requests:
+            if conversation in last and at - last[conversation] < interval:
+                found.append((conversation, at - last[conversation]))
+            last[conversation] = at
+        return found
+
+    def finals(self) -> list[PostedActivity]:
+        """The messages that ended a stream."""
+        return [
+            post for post in self.posted if (post.stream_info or {}).get("streamType") == "final"
+        ]
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Return once `condition()` holds, checked after each request the connector records."""
+        async with asyncio.timeout(timeout):
+            while not condition():
+                self._changed.clear()
+                await self._changed.wait()
 
     def mint_token(
         self,
@@ -172,6 +259,20 @@ class FakeBotFramework:
         authorization = request.headers.get("authorization")
         if authorization is None or authorization.removeprefix("Bearer ") not in self._issued:
             return JSONResponse({"error": {"code": "Unauthorized"}}, status_code=401)
+        post = PostedActivity(
+            conversation_id=request.path_params["conversation_id"],
+            reply_to_id=request.path_params.get("activity_id"),
+            body=await request.json(),
+            authorization=authorization,
+            received_at=time.monotonic(),
+        )
+        self.requests.append((post.conversation_id.partition(";")[0], post.received_at))
+        try:
+            return self._answer(post)
+        finally:
+            self._changed.set()
+
+    def _answer(self, post: PostedActivity) -> Response:
         if self.failures:
             failure = self.failures.popleft()
             return JSONResponse(
@@ -179,15 +280,80 @@ class FakeBotFramework:
                 status_code=failure.status,
                 headers=failure.headers,
             )
-        self.posted.append(
-            PostedActivity(
-                conversation_id=request.path_params["conversation_id"],
-                reply_to_id=request.path_params.get("activity_id"),
-                body=await request.json(),
-                authorization=authorization,
+        info = post.stream_info
+        if info is not None:
+            refusal = self._stream_refusal(post, info)
+            if refusal is not None:
+                return JSONResponse(
+                    {"error": {"code": refusal.code, "message": refusal.message}},
+                    status_code=refusal.status,
+                )
+        kept = self.typing if post.body.get("type") == "typing" else self.posted
+        kept.append(post)
+        if info is not None and not info.get("streamId"):
+            stream_id = f"reply-{next(self._ids)}"
+            streamed = post.body.get("text", "") if info.get("streamType") == "streaming" else ""
+            self.streams[stream_id] = FakeStream(
+                stream_id, post.conversation_id, sequence=1, text=streamed, updates=1
             )
-        )
+            return JSONResponse({"id": stream_id}, status_code=201)
+        if info is not None:
+            return JSONResponse({}, status_code=202)
         return JSONResponse({"id": f"reply-{next(self._ids)}"}, status_code=201)
+
+    def _stream_refusal(self, post: PostedActivity, info: dict[str, Any]) -> Refusal | None:
+        """Why Teams would refuse this stream request, or None (the stream then moves on)."""
+        kind, final = info.get("streamType", "streaming"), post.body.get("type") == "message"
+        if final != (kind == "final") or kind not in ("informative", "streaming", "final"):
+            return self._bad(f"streamType {kind!r} on a {post.body.get('type')} activity")
+        stream_id = info.get("streamId")
+        if not stream_id:
+            if final or info.get("streamSequence") != 1:
+                return self._bad("a new stream starts with an update of sequence 1")
+            if self.streaming_refused:
+                return Refusal(403, STREAM_REFUSED, "Content stream is not allowed")
+            return None
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.conversation_id != post.conversation_id:
+            return self._bad(f"unknown stream {stream_id!r}")
+        refusal = self._ended(stream)
+        if refusal is not None:
+            return refusal
+        if final:
+            if "streamSequence" in info:
+                return self._bad("a final message has no streamSequence")
+            stream.ended = "final"
+            return None
+        return self._stream_update(stream, info, post.body.get("text", ""), kind)
+
+    def _ended(self, stream: FakeStream) -> Refusal | None:
+        if self.stop_after is not None and stream.updates >= self.stop_after and not stream.ended:
+            stream.ended = "stopped"
+        if stream.ended == "expired":
+            message = "Content stream finished due to exceeded streaming time."
+        elif stream.ended:
+            message = "Content stream is not allowed on an already completed streamed message"
+        else:
+            return None
+        return Refusal(403, STREAM_REFUSED, message)
+
+    def _stream_update(
+        self, stream: FakeStream, info: dict[str, Any], text: str, kind: str
+    ) -> Refusal | None:
+        sequence = info.get("streamSequence")
+        if not isinstance(sequence, int) or sequence <= stream.sequence:
+            return self._bad(f"streamSequence {sequence!r} after {stream.sequence}")
+        if kind == "streaming" and not text.startswith(stream.text):
+            return self._bad("streamed text must extend the text streamed before")
+        stream.sequence = sequence
+        stream.updates += 1
+        if kind == "streaming":
+            stream.text = text
+        return None
+
+    def _bad(self, reason: str) -> Refusal:
+        self.stream_errors.append(reason)
+        return Refusal(400, "BadRequest", reason)
 
     async def __aenter__(self) -> FakeBotFramework:
         conversations = "/{region}/v3/conversations/{conversation_id}/activities"
