@@ -4,7 +4,10 @@
 `AsyncApp`, which dispatches to `SlackInbound` (`inbound.py`: allow-list, events and the
 "Send to assistant" shortcut, into the inbox); the HTTP endpoint, whose requests are checked
 once, before bolt sees them (`endpoint.py`: size, signature, shapes); `SlackSender` for replies
-(`send.py`) and `SlackPeople` for names and email addresses (`people.py`).
+(`send.py`) and `SlackPeople` for names and email addresses (`people.py`). It is a
+`channels.live.LiveChannel`: answers are shown while they are written (`live.py`), and the
+final send finishes that message (`finish.py`); `SlackAssistant` (`assistant.py`) answers the
+agent surface's events (greeting, suggested prompts).
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
@@ -26,13 +29,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from channels.base import ChannelType, DeliveryReceipt, InboxPort, OutboundMessage
+from channels.base import ChannelType, Conversation, DeliveryReceipt, InboxPort, OutboundMessage
+from channels.live import ReplyTarget
 from channels.plugin import ThreadDirectory
+from channels.slack.assistant import AssistantSettings, SlackAssistant
 from channels.slack.endpoint import bolt_response, verified_body
+from channels.slack.handle import LiveMessage, StreamedText
 from channels.slack.inbound import SlackInbound
+from channels.slack.live import LIVE_INTERVAL, LiveShared, SlackLiveReply, live_place
 from channels.slack.parse import SHORTCUT_CALLBACK_ID
 from channels.slack.people import SlackPeople
-from channels.slack.send import SlackSender, error_code
+from channels.slack.refusals import error_code
+from channels.slack.send import SlackSender
 from errors import ChannelAuthError, ChannelPayloadError, RejectedRequestError
 
 log = structlog.stdlib.get_logger(__name__)
@@ -49,6 +57,8 @@ class SlackSettings:
     allowed_team_ids: frozenset[str] = frozenset()
     api_base_url: str = "https://slack.com/api/"
     max_text_chars: int = 16_000
+    streaming: bool = True
+    assistant: AssistantSettings = field(default_factory=AssistantSettings)
 
 
 class SlackChannel:
@@ -60,6 +70,9 @@ class SlackChannel:
     """
 
     channel_type = ChannelType.SLACK
+    # One update a second per answer: Slack's pace for one message; `pacing.py` keeps many
+    # answers at once within each method's per-workspace limit.
+    live_interval = LIVE_INTERVAL
 
     def __init__(
         self,
@@ -80,7 +93,10 @@ class SlackChannel:
         self.on_rejected = on_rejected or (lambda _status, _reason: None)
         self.client = AsyncWebClient(token=settings.bot_token, base_url=settings.api_base_url)
         self.people = SlackPeople(self.client)
-        self.sender = SlackSender(self.client)
+        streamed = StreamedText()
+        self.live = LiveShared(streamed=streamed)
+        self.sender = SlackSender(self.client, streamed)
+        self.assistant = SlackAssistant(self.client, settings.assistant)
         self.inbound = SlackInbound(
             settings,
             inbox,
@@ -88,6 +104,7 @@ class SlackChannel:
             self.people,
             send=self.sender.send,
             on_rejected=self.on_rejected,
+            assistant=self.assistant,
         )
         self._socket: Any = None
         self.app = AsyncApp(
@@ -131,16 +148,18 @@ class SlackChannel:
             log.info("slack.socket_mode_connected")
 
     def reconfigure(self, settings: SlackSettings) -> None:
-        """Apply the reloaded workspace allow-list and text limit to the next event (tokens,
-        the signing secret and the mode need a restart)."""
+        """Apply the reloaded workspace allow-list, text limit, streaming switch and agent
+        surface to the next event (tokens, the signing secret and the mode need a restart)."""
         self.settings = settings
         self.inbound.settings = settings
+        self.assistant.reconfigure(settings.assistant)
 
     async def stop(self) -> None:
         """Disconnect Socket Mode and wait for polite notices still being posted."""
         if self._socket is not None:
             await self._socket.close_async()
         await self.inbound.finish_notices()
+        await self.assistant.finish()
 
     def routes(self) -> list[Route]:
         """`POST /slack/events`: events, interactivity and shortcuts on one endpoint (none in
@@ -152,6 +171,32 @@ class SlackChannel:
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Post the reply in its conversation and thread (see `SlackSender.send`)."""
         return await self.sender.send(message)
+
+    def live_reply(
+        self, target: ReplyTarget, *, resume: Mapping[str, Any] | None = None
+    ) -> SlackLiveReply | None:
+        """The turn's answer shown while it is written (`live.py`); None when
+        `channels.slack.streaming` is off. With `resume` (the handle of an attempt whose
+        process died) no message is created: status only, and the send finishes that one."""
+        if not self.settings.streaming:
+            return None
+        message = LiveMessage.from_handle(resume) if resume is not None else None
+        return SlackLiveReply(
+            self.client, live_place(target), self.live, resume=message, resumed=resume is not None
+        )
+
+    async def set_title(self, target: ReplyTarget, title: str) -> None:
+        """Name the assistant thread the target is in (`assistant.threads.setTitle`); other
+        conversations have no title. Failures are logged, never raised."""
+        place = live_place(target)
+        if target.conversation is not Conversation.DIRECT or place.thread_ts is None:
+            return
+        try:
+            await self.client.assistant_threads_setTitle(
+                channel_id=place.channel, thread_ts=place.thread_ts, title=title[:255]
+            )
+        except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
+            log.info("slack.title_not_set", channel=place.channel, error=str(exc))
 
     async def email_of(self, user_identifier: str) -> str | None:
         """The email address in a Slack user's profile (`TEAM:USER`), for `link_by_email`."""

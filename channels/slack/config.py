@@ -3,6 +3,7 @@ secret that authenticates its traffic refuses to load, with the error at the mis
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import (
@@ -13,11 +14,42 @@ from pydantic import (
 )
 
 from primitives.config_types import (
+    Duration,
     NonEmptyStr,
     StrictModel,
     is_blank,
     rule_error,
 )
+
+
+class SlackSuggestedPrompt(StrictModel):
+    """A prompt Slack offers under the message box of the assistant: its label and the
+    message it sends."""
+
+    title: NonEmptyStr
+    message: NonEmptyStr
+
+
+DEFAULT_PROMPTS = (
+    SlackSuggestedPrompt(
+        title="Summarise a thread", message="Please summarise the discussion I will paste next."
+    ),
+    SlackSuggestedPrompt(title="Draft a reply", message="Help me draft a reply to a message."),
+    SlackSuggestedPrompt(
+        title="Continue where we left off", message="What were we talking about last time?"
+    ),
+)
+
+
+class SlackAssistantConfig(StrictModel):
+    """The agent surface: what a new assistant thread shows before the user writes."""
+
+    greeting: NonEmptyStr = "Hi! How can I help?"
+    prompts_title: str = "Try asking"
+    suggested_prompts: tuple[SlackSuggestedPrompt, ...] = Field(
+        default=DEFAULT_PROMPTS, max_length=4
+    )
+    home_prompts_every: Duration = timedelta(hours=1)
 
 
 class SlackChannelConfig(StrictModel):
@@ -31,6 +63,8 @@ class SlackChannelConfig(StrictModel):
     allowed_team_ids: tuple[NonEmptyStr, ...] = ()
     api_base_url: str = "https://slack.com/api/"
     max_text_chars: int = Field(default=16_000, ge=1)
+    streaming: bool = True
+    assistant: SlackAssistantConfig = SlackAssistantConfig()
 
     @field_validator("bot_token")
     @classmethod

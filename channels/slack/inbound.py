@@ -24,6 +24,7 @@ from channels.base import (
     OutboundMessage,
 )
 from channels.plugin import ThreadDirectory
+from channels.slack.assistant import ASSISTANT_EVENTS, SlackAssistant
 from channels.slack.parse import parse_slack_event, parse_slack_shortcut
 from channels.slack.people import CACHED_ENTRIES, NAME_CACHE_SECONDS, SlackPeople
 from errors import ChannelPayloadError, DeliveryError, StorageError
@@ -53,6 +54,7 @@ class SlackInbound:
         *,
         send: Callable[[OutboundMessage], Awaitable[DeliveryReceipt]],
         on_rejected: Callable[[int, str], None],
+        assistant: SlackAssistant | None = None,
     ) -> None:
         self.settings = settings
         self.inbox = inbox
@@ -60,6 +62,7 @@ class SlackInbound:
         self.people = people
         self.send = send
         self.on_rejected = on_rejected
+        self.assistant = assistant
         self.bot_user_id: str | None = None  # known once `auth.test` answered
         self.bot_id: str | None = None
         self._mention_threads: BoundedCache[tuple[str, str], bool] = BoundedCache(
@@ -94,8 +97,15 @@ class SlackInbound:
         return None
 
     async def on_event(self, body: dict[str, Any]) -> BoltResponse | None:
-        """An Events API event: to the inbox when it is a message addressed to the bot."""
+        """An Events API event: to the inbox when it is a message addressed to the bot; the
+        agent surface's events (a new assistant thread, the messages tab opened) to
+        `SlackAssistant`, never to the inbox."""
         event = _mapping(body.get("event"))
+        if event.get("type") in ASSISTANT_EVENTS:
+            log.debug("slack.assistant_event", event_id=body.get("event_id"), type=event["type"])
+            if self.assistant is not None:
+                self.assistant.handle(body)
+            return None
         try:
             names = await self.people.names(
                 str(event.get("text") or ""), bot_user_id=self.bot_user_id

@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 def settings_of(section: SlackChannelConfig) -> SlackSettings:
     """The adapter's settings from its config section."""
     from channels.slack.adapter import SlackSettings  # noqa: PLC0415
+    from channels.slack.assistant import AssistantSettings, SuggestedPrompt  # noqa: PLC0415
 
+    assistant = section.assistant
     return SlackSettings(
         bot_token=section.bot_token.get_secret_value(),
         signing_secret=section.signing_secret.get_secret_value(),
@@ -26,6 +28,16 @@ def settings_of(section: SlackChannelConfig) -> SlackSettings:
         allowed_team_ids=frozenset(section.allowed_team_ids),
         api_base_url=section.api_base_url,
         max_text_chars=section.max_text_chars,
+        streaming=section.streaming,
+        assistant=AssistantSettings(
+            greeting=assistant.greeting,
+            prompts_title=assistant.prompts_title,
+            prompts=tuple(
+                SuggestedPrompt(prompt.title, prompt.message)
+                for prompt in assistant.suggested_prompts
+            ),
+            home_prompts_every=assistant.home_prompts_every.total_seconds(),
+        ),
     )
 
 
@@ -63,7 +75,7 @@ PLUGIN: ChannelPlugin[SlackChannelConfig, SlackSettings] = ChannelPlugin(
     config_model=SlackChannelConfig,
     settings_of=settings_of,
     open=open_slack,
-    reloadable=frozenset({"allowed_team_ids", "max_text_chars"}),
+    reloadable=frozenset({"allowed_team_ids", "max_text_chars", "streaming", "assistant"}),
     restart_only=frozenset({"mode", "bot_token", "signing_secret", "app_token", "api_base_url"}),
     delivers_files=True,
     email_lookup=email_lookup,

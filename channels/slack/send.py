@@ -1,58 +1,58 @@
 """Slack out: a reply posted with `chat.postMessage` (Markdown converted to mrkdwn, split at
-Slack's message limit), a file with `files.upload_v2`, and Slack's refusals as
-`DeliveryError`s that say whether trying again can help."""
+Slack's message limit), or finishing the live message it was streamed into (`finish.py`), a
+file with `files.upload_v2`, and Slack's refusals as `DeliveryError`s (`refusals.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from typing import Any
 
-import aiohttp
 import structlog
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.base import DeliveryReceipt, OutboundMessage
+from channels.live import live_handle
+from channels.slack.finish import LiveFinisher, live_pieces
 from channels.slack.format import markdown_to_mrkdwn, split_for_slack
+from channels.slack.handle import LiveMessage, StreamedText
 from channels.slack.parse import DIRECT_PREFIXES
+from channels.slack.refusals import (
+    PERMANENT_ERRORS,
+    delivery_error,
+    error_code,
+    retry_after,
+    slack_call,
+)
 from errors import DeliveryError
 
-log = structlog.stdlib.get_logger(__name__)
+__all__ = [
+    "PERMANENT_ERRORS",
+    "SlackSender",
+    "delivery_error",
+    "error_code",
+    "retry_after",
+]
 
-# Slack's answers that trying again cannot fix.
-PERMANENT_ERRORS = frozenset(
-    {
-        "account_inactive",
-        "channel_not_found",
-        "invalid_auth",
-        "is_archived",
-        "missing_scope",
-        "msg_too_long",
-        "no_permission",
-        "no_text",
-        "not_authed",
-        "not_in_channel",
-        "restricted_action",
-        "token_revoked",
-        "user_not_found",
-    }
-)
+log = structlog.stdlib.get_logger(__name__)
 
 
 class SlackSender:
     """Posts replies with the bot's Web API client, remembering the pieces of a long reply
-    already posted so that a retry continues where a failure stopped."""
+    already delivered so that a retry continues where a failure stopped."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(self, client: AsyncWebClient, streamed: StreamedText | None = None) -> None:
         self.client = client
+        self.finisher = LiveFinisher(client, streamed or StreamedText())
         self._partial: dict[str, list[str]] = {}  # reply id → ts of the pieces already posted
 
     async def send(self, message: OutboundMessage) -> DeliveryReceipt:
         """Post the reply in its conversation and thread, in pieces when it is long.
 
-        Pieces already posted are remembered, so a retry after a failure part-way continues
-        where it stopped instead of posting the first pieces again. A reply with a file is
-        delivered only to a direct conversation (a permanent `DeliveryError` elsewhere).
+        A reply streamed live (`channels.live.live_handle`) finishes that message with its
+        first piece instead of posting it. Pieces already delivered are remembered, so a
+        retry after a failure part-way continues where it stopped instead of posting the
+        first pieces again. A reply with a file is delivered only to a direct conversation
+        (a permanent `DeliveryError` elsewhere).
         """
         context = message.reply_context
         channel = str(context.get("channel") or message.channel_id)
@@ -67,9 +67,20 @@ class SlackSender:
                 "a conversation others can read",
                 permanent=True,
             )
-        pieces = split_for_slack(markdown_to_mrkdwn(message.content)) or ["…"]
         posted = self._partial.setdefault(message.message_id, [])
-        for piece in pieces[len(posted) :]:
+        handle = live_handle(message)
+        live = LiveMessage.from_handle(handle) if handle is not None else None
+        if live is not None:
+            pieces = live_pieces(message.content, live)
+            if not posted:
+                await self._call(message.message_id, self.finisher.finish(live, pieces.first))
+                posted.append(live.ts)
+            follow_ups = [pieces.first, *pieces.rest]
+            # Follow-ups go where the live message is (a user id resolves to the DM).
+            channel = live.channel
+        else:
+            follow_ups = split_for_slack(markdown_to_mrkdwn(message.content)) or ["…"]
+        for piece in follow_ups[len(posted) :]:
             answer = await self._call(
                 message.message_id,
                 self.client.chat_postMessage(
@@ -93,42 +104,11 @@ class SlackSender:
         return DeliveryReceipt(platform_message_id=posted[0] if posted else None)
 
     async def _call(self, reply_id: str, call: Awaitable[Any]) -> Any:
-        """One Web API call of a send, its failures as `DeliveryError`s."""
+        """One Web API call of a send, its failures as `DeliveryError`s; a permanent one
+        forgets the pieces delivered."""
         try:
-            return await call
-        except SlackApiError as exc:
-            error = delivery_error(exc)
-            if error.permanent:
+            return await slack_call(call)
+        except DeliveryError as exc:
+            if exc.permanent:
                 self._partial.pop(reply_id, None)
-            raise error from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise DeliveryError(f"Slack unreachable: {exc or type(exc).__name__}") from exc
-
-
-def error_code(exc: SlackApiError) -> str:
-    """The `error` of Slack's answer (`invalid_auth` …), empty when it has none."""
-    data = exc.response.data if exc.response is not None else None
-    return str(data.get("error", "")) if isinstance(data, Mapping) else ""
-
-
-def delivery_error(exc: SlackApiError) -> DeliveryError:
-    """A refused Web API call as a `DeliveryError`: rate limits with Slack's `Retry-After`,
-    the codes in `PERMANENT_ERRORS` permanent, anything else worth another try."""
-    status = exc.response.status_code if exc.response is not None else 0
-    code = error_code(exc) or f"HTTP {status}"
-    if status == 429 or code == "ratelimited":
-        headers = exc.response.headers if exc.response is not None else {}
-        return DeliveryError(f"Slack rate limit ({code})", retry_after=retry_after(headers))
-    return DeliveryError(f"Slack refused the message: {code}", permanent=code in PERMANENT_ERRORS)
-
-
-def retry_after(headers: Mapping[str, Any]) -> float:
-    """Seconds Slack asks to wait (`Retry-After`, whatever its case); 1 when it does not say."""
-    for name, value in headers.items():
-        if name.lower() == "retry-after":
-            raw = value[0] if isinstance(value, list | tuple) else value
-            try:
-                return max(float(raw), 0.0)
-            except (TypeError, ValueError):
-                break
-    return 1.0
+            raise
