@@ -6,6 +6,10 @@ past the trigger, calls the model, runs any tools it asks for (a tool call and i
 always travel together), and returns the messages to append and the reply text, with any
 notice (older messages summarised; time for `/new`) as part of that reply. It knows nothing
 of channels. The values it takes and gives live in `sessions.engine_values`.
+
+While it works, `reply` tells its `TurnProgress` what it is doing (compacting, thinking,
+searching earlier conversations, running a tool) and streams the model's text into it; text
+written before a tool call is not the answer, so the progress is reset before the tool runs.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from sessions.llm import (
     request_estimate,
 )
 from sessions.memory import SessionSummary
+from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.recall import RecallExclusions, RecallSearch
 from sessions.recall_tool import SEARCH_TOOL, SEARCH_TOOL_NAME, run_search_tool
 from sessions.summaries import summarise_archived_sessions
@@ -210,12 +215,19 @@ class SessionEngine:
         return self.context_from(reads)
 
     async def reply(
-        self, loaded: LoadedContext, *, thread_id: str = "", pending: HistoryMessage | None = None
+        self,
+        loaded: LoadedContext,
+        *,
+        thread_id: str = "",
+        pending: HistoryMessage | None = None,
+        progress: TurnProgress = NO_PROGRESS,
     ) -> TurnOutcome:
         """Answer the turn whose context is `loaded`; raises `LLMError` if the model fails.
 
         Compacts first (PreCompact archive, then the summary) when the history has grown past
-        the trigger, and reads the context again after it.
+        the trigger, and reads the context again after it. `progress` hears what the turn is
+        doing and the answer's text as the model writes it (the reply text returned is the
+        authoritative one: it also carries the notices).
         """
         context = loaded.context
         policy = self.settings.compaction
@@ -223,6 +235,7 @@ class SessionEngine:
         if policy.needed(
             self.tokens.estimate(context.history_tokens), loaded.messages_since_compaction
         ):
+            progress.status("compacting")
             compacted = await self.compactor.compact(loaded.session_id) is not None
             if compacted:
                 self.memories.forget(loaded.user_id)  # compaction may have written facts
@@ -237,7 +250,7 @@ class SessionEngine:
                 count=context.dropped_messages,
             )
         messages, response, input_tokens, output_tokens = await self._call_with_tools(
-            context.request, loaded.user_id, loaded.recall_exclusions
+            context.request, loaded.user_id, loaded.recall_exclusions, progress
         )
         notices = [COMPACTION_NOTICE] if compacted else []
         if self.clock() - loaded.session_started > self.settings.suggest_new_after:
@@ -310,21 +323,31 @@ class SessionEngine:
         return await run_search_tool(self.recall, tool_input, user_id)
 
     async def _call_with_tools(
-        self, request: LLMRequest, user_id: str, exclusions: RecallExclusions
+        self,
+        request: LLMRequest,
+        user_id: str,
+        exclusions: RecallExclusions,
+        progress: TurnProgress,
     ) -> tuple[list[NewMessage], LLMResponse, int, int]:
         produced: list[NewMessage] = []
         input_tokens = output_tokens = 0
+        # Nobody watching: the plain call, not a stream.
+        streaming = None if progress is NO_PROGRESS else progress
         for _ in range(MAX_TOOL_ROUNDS + 1):
             raw = request_estimate(request)
-            response = await self.llm.complete(request)
+            progress.status("thinking")
+            response = await self.llm.complete(request, progress=streaming)
             self.tokens.observe(raw, response.input_tokens)
             input_tokens += response.input_tokens
             output_tokens += response.output_tokens
             if response.stop_reason != "tool_use" or not response.tool_calls:
                 return produced, response, input_tokens, output_tokens
-            results = [
-                await self._run_tool(call, user_id, exclusions) for call in response.tool_calls
-            ]
+            # What the model wrote before asking for tools is not the answer.
+            progress.reset()
+            results = []
+            for call in response.tool_calls:
+                _announce_tool(progress, str(call.get("name")))
+                results.append(await self._run_tool(call, user_id, exclusions))
             call_message = NewMessage(
                 "assistant", response.text, response.output_tokens, response.blocks
             )
@@ -378,3 +401,11 @@ class SessionEngine:
             on_written=self.memories.forget,
             limit=limit,
         )
+
+
+def _announce_tool(progress: TurnProgress, name: str) -> None:
+    """Say which tool runs: the earlier-conversations search has a status of its own."""
+    if name == SEARCH_TOOL_NAME:
+        progress.status("searching")
+    else:
+        progress.status("tool", name)
