@@ -1,11 +1,18 @@
 """A fake Slack Web API on a loopback port, for the real `slack_sdk` client, and a signer that
 sends events to the gateway exactly as Slack signs them.
 
-The API records every call (`calls`: method and parameters) and answers `auth.test`,
-`users.info` (from `people`), `chat.postMessage`, `chat.update` and `apps.connections.open`
-(pointing at `socket_url`). `script` makes the next `chat.postMessage` calls fail, and
-`fail_attempts` chosen ones (by their number): with HTTP 429 and `Retry-After`, a 5xx, or a
-Slack error code.
+The API records every call (`calls`: method, parameters and when it arrived) and answers
+`auth.test`, `users.info` (from `people`), `chat.postMessage`, `chat.update`, the streaming
+methods (`chat.startStream`, `chat.appendStream`, `chat.stopStream`: a stream needs a thread,
+and outside a DM the recipient, as Slack says), `assistant.threads.setStatus`, `.setTitle`,
+`.setSuggestedPrompts` and `apps.connections.open` (pointing at `socket_url`). Every message
+it holds is in `messages` (by `ts`: its text now, whether it is still streaming). `script`
+makes the next `chat.postMessage` calls fail, and `fail_attempts` chosen ones (by their number):
+with HTTP 429 and `Retry-After`, a 5xx, or a Slack error code; `fail(method, ...)` does the
+same for any method, and `refuse[method] = code` refuses every call of one. `limit_rate`
+enforces a per-minute limit per workspace (Slack's tiers) and `limit_per_channel` a
+per-second one per conversation, answering 429 past them and counting those in
+`rate_limited`.
 
 Run as a process of its own (`python -m tests.fakes.slack_api --port N`, for benchmarks), it
 reports what was posted over HTTP: `GET /_posted` (the channels) and `GET /_posts?after=N`
@@ -19,7 +26,7 @@ import hmac
 import json
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -49,6 +56,31 @@ class SlackFailure:
 
 
 @dataclass
+class SlackMessage:
+    """A message the fake holds: where it is, its text now and how it is being written."""
+
+    channel: str
+    ts: str
+    thread_ts: str | None
+    text: str
+    created_by: str
+    streaming: bool = False
+    recipient: tuple[str, str] | None = None
+
+
+DIRECT = ("D", "U", "W")
+# Slack's tier minimums (calls a minute per workspace), for `limit_tiers`.
+TIERS = {
+    "chat.appendStream": 100,
+    "chat.update": 50,
+    "chat.startStream": 20,
+    "chat.stopStream": 20,
+    "assistant.threads.setSuggestedPrompts": 100,
+    "assistant.threads.setTitle": 100,
+}
+
+
+@dataclass
 class SlackCall:
     """One recorded Web API call."""
 
@@ -75,6 +107,13 @@ class FakeSlackAPI:
         # Successful chat.postMessage calls as (channel, text, received_at), in arrival order:
         # `GET /_posts` reads them without walking `calls`.
         self.post_log: list[tuple[str, str, float]] = []
+        self.messages: dict[str, SlackMessage] = {}
+        self.failures: dict[str, deque[SlackFailure]] = {}
+        self.refuse: dict[str, str] = {}
+        self.rate_limits: dict[str, int] = {}  # method → calls a minute per workspace
+        self.channel_limits: dict[str, int] = {}  # method → calls a second per conversation
+        self.rate_limited: Counter[str] = Counter()  # method → 429s answered
+        self._windows: dict[tuple[str, ...], deque[float]] = {}
         self._attempts = 0
         self._ts = 0
         self._lock = threading.Lock()
@@ -90,6 +129,38 @@ class FakeSlackAPI:
             and (channel is None or call.params.get("channel") == channel)
         ]
 
+    def calls_to(self, *methods: str) -> list[SlackCall]:
+        """The calls of these methods, in arrival order."""
+        return [call for call in self.calls if call.method in methods]
+
+    def fail(self, method: str, *failures: SlackFailure) -> None:
+        """Make the next calls of `method` fail, one failure each."""
+        self.failures.setdefault(method, deque()).extend(failures)
+
+    def limit_rate(self, method: str, per_minute: int) -> None:
+        """Answer 429 to calls of `method` past `per_minute` in any minute, per workspace."""
+        self.rate_limits[method] = per_minute
+
+    def limit_tiers(self) -> None:
+        """Enforce Slack's tier minimums (`TIERS`) and one message a second per
+        conversation for posting and updating."""
+        for method, per_minute in TIERS.items():
+            self.limit_rate(method, per_minute)
+        self.limit_per_channel("chat.postMessage", 1)
+        self.limit_per_channel("chat.update", 1)
+
+    def limit_per_channel(self, method: str, per_second: int) -> None:
+        """Answer 429 to calls of `method` past `per_second` in any second, per conversation."""
+        self.channel_limits[method] = per_second
+
+    def thread(self, channel: str, thread_ts: str | None) -> list[SlackMessage]:
+        """The messages the app has in a conversation's thread (None: top level), oldest first."""
+        return [
+            message
+            for message in self.messages.values()
+            if message.channel == channel and message.thread_ts == thread_ts
+        ]
+
     async def _call(self, request: Request) -> Response:
         method = request.path_params["method"]
         body = await request.body()
@@ -100,6 +171,20 @@ class FakeSlackAPI:
         params.update(request.query_params)
         call = SlackCall(method, params)
         self.calls.append(call)
+        workspace = request.headers.get("authorization", "")
+        limited = self._over_limit(workspace, method, str(params.get("channel") or ""))
+        if limited is not None:
+            self.rate_limited[method] += 1
+            return JSONResponse(
+                {"ok": False, "error": "ratelimited"},
+                status_code=429,
+                headers={"Retry-After": str(limited)},
+            )
+        failure = self._failure(method)
+        if failure is not None:
+            return failure
+        if method in STREAM_METHODS or method.startswith("assistant.threads."):
+            return self._agent_call(call)
         if method == "auth.test" and self.auth_error:
             return JSONResponse({"ok": False, "error": self.auth_error})
         if method == "auth.test":
@@ -129,26 +214,112 @@ class FakeSlackAPI:
         return JSONResponse({"ok": False, "error": "unknown_method"}, status_code=404)
 
     def _post(self, call: SlackCall) -> Response:
+        if call.method == "chat.postMessage":
+            with self._lock:
+                self._attempts += 1
+                attempt = self._attempts
+            failure = self.fail_attempts.get(attempt)
+            if failure is None and self.script:
+                failure = self.script.popleft()
+            if failure is not None:
+                return _failed(failure)
+        params = call.params
+        channel = str(params.get("channel") or "")
+        if call.method == "chat.update":
+            message = self.messages.get(str(params.get("ts")))
+            if message is None or message.channel != channel:
+                return _refused("message_not_found")
+            if message.streaming:
+                return _refused("cant_update_message")
+            message.text = str(params.get("text") or params.get("markdown_text") or "")
+            params["ok"] = True
+            return JSONResponse({"ok": True, "channel": channel, "ts": message.ts})
+        ts = self._next_ts()
+        params["ok"] = True
+        params["ts"] = ts
+        # Posting to a user id delivers to the app's DM with that user.
+        posted_to = f"D{channel[1:]}" if channel.startswith(("U", "W")) else channel
+        thread_ts = str(params.get("thread_ts") or "") or None
+        text = str(params.get("text") or params.get("markdown_text") or "")
+        self.messages[ts] = SlackMessage(posted_to, ts, thread_ts, text, call.method)
+        self.post_log.append((channel, str(params.get("text")), call.received_at))
+        return JSONResponse({"ok": True, "channel": posted_to, "ts": ts})
+
+    def _agent_call(self, call: SlackCall) -> Response:
+        """The streaming methods and `assistant.threads.*`."""
+        params = call.params
+        if call.method == "chat.startStream":
+            return self._start_stream(params)
+        if call.method in ("chat.appendStream", "chat.stopStream"):
+            message = self.messages.get(str(params.get("ts")))
+            if message is None or message.channel != params.get("channel"):
+                return _refused("message_not_found")
+            if not message.streaming:
+                return _refused("message_not_in_streaming_state")
+            message.text += _markdown_of(params)
+            message.streaming = call.method == "chat.appendStream"
+            params["ok"] = True
+            return JSONResponse({"ok": True, "channel": message.channel, "ts": message.ts})
+        if call.method != "assistant.threads.setSuggestedPrompts" and not params.get("thread_ts"):
+            return _refused("invalid_arguments")
+        params["ok"] = True
+        return JSONResponse({"ok": True})
+
+    def _start_stream(self, params: dict[str, Any]) -> Response:
+        channel, thread_ts = str(params.get("channel") or ""), str(params.get("thread_ts") or "")
+        if not thread_ts:
+            return _refused("invalid_thread_ts")
+        team, user = params.get("recipient_team_id"), params.get("recipient_user_id")
+        if not channel.startswith(DIRECT) and not team:
+            return _refused("missing_recipient_team_id")
+        if not channel.startswith(DIRECT) and not user:
+            return _refused("missing_recipient_user_id")
+        ts = self._next_ts()
+        params["ok"] = True
+        params["ts"] = ts
+        self.messages[ts] = SlackMessage(
+            channel,
+            ts,
+            thread_ts,
+            _markdown_of(params),
+            "chat.startStream",
+            streaming=True,
+            recipient=(str(team or ""), str(user or "")),
+        )
+        return JSONResponse({"ok": True, "channel": channel, "ts": ts})
+
+    def _failure(self, method: str) -> Response | None:
+        """A scripted failure (`fail`) or a standing refusal (`refuse`) of this call."""
+        queued = self.failures.get(method)
+        if queued:
+            return _failed(queued.popleft())
+        if method in self.refuse:
+            return _refused(self.refuse[method])
+        return None
+
+    def _over_limit(self, workspace: str, method: str, channel: str) -> int | None:
+        """Seconds until a call of `method` is allowed again, or None when it is allowed."""
+        limits = []
+        if method in self.rate_limits:
+            limits.append(((workspace, method), self.rate_limits[method], 60.0))
+        if method in self.channel_limits and channel:
+            limits.append(((workspace, method, channel), self.channel_limits[method], 1.0))
+        now = time.monotonic()
         with self._lock:
-            self._attempts += 1
-            attempt = self._attempts
-        failure = self.fail_attempts.get(attempt)
-        if failure is None and self.script:
-            failure = self.script.popleft()
-        if failure is not None:
-            headers = {"Retry-After": failure.retry_after} if failure.retry_after else {}
-            return JSONResponse(
-                {"ok": False, "error": failure.error}, status_code=failure.status, headers=headers
-            )
+            for key, allowed, period in limits:
+                window = self._windows.setdefault(key, deque())
+                while window and window[0] <= now - period:
+                    window.popleft()
+                if len(window) >= allowed:
+                    return max(int(window[0] + period - now) + 1, 1)
+            for key, _allowed, _period in limits:
+                self._windows[key].append(now)
+        return None
+
+    def _next_ts(self) -> str:
         with self._lock:
             self._ts += 1
-            ts = f"1800000000.{self._ts:06d}"
-        call.params["ok"] = True
-        call.params["ts"] = ts
-        if call.method == "chat.postMessage":
-            channel, text = call.params.get("channel"), call.params.get("text")
-            self.post_log.append((str(channel), str(text), call.received_at))
-        return JSONResponse({"ok": True, "channel": call.params.get("channel"), "ts": ts})
+            return f"1800000000.{self._ts:06d}"
 
     async def _upload(self, request: Request) -> Response:
         self.uploads[request.path_params["file_id"]]["content"] = (await request.body()).decode()
@@ -192,6 +363,59 @@ class FakeSlackAPI:
     def __exit__(self, *_exc: object) -> None:
         if self._server is not None:
             self._server.stop()
+
+
+STREAM_METHODS = frozenset({"chat.startStream", "chat.appendStream", "chat.stopStream"})
+
+
+def _markdown_of(params: dict[str, Any]) -> str:
+    """The Markdown a streaming call carries (`markdown_text`, or markdown_text chunks)."""
+    text = str(params.get("markdown_text") or "")
+    chunks = params.get("chunks")
+    if isinstance(chunks, str):
+        chunks = json.loads(chunks)
+    for chunk in chunks or ():
+        if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
+            text += str(chunk.get("text") or "")
+    return text
+
+
+def _failed(failure: SlackFailure) -> Response:
+    headers = {"Retry-After": failure.retry_after} if failure.retry_after else {}
+    return JSONResponse(
+        {"ok": False, "error": failure.error}, status_code=failure.status, headers=headers
+    )
+
+
+def _refused(error: str) -> Response:
+    return JSONResponse({"ok": False, "error": error})
+
+
+def assistant_thread_started(
+    *, channel: str = "D0001", thread_ts: str, user: str = "U0001", team: str = TEAM
+) -> dict[str, Any]:
+    """An `assistant_thread_started` event (the user opened a new assistant thread)."""
+    return {
+        "type": "assistant_thread_started",
+        "assistant_thread": {
+            "user_id": user,
+            "context": {"channel_id": "C0001", "team_id": team, "enterprise_id": None},
+            "channel_id": channel,
+            "thread_ts": thread_ts,
+        },
+        "event_ts": thread_ts,
+    }
+
+
+def app_home_opened(*, tab: str = "messages", user: str = "U0001") -> dict[str, Any]:
+    """An `app_home_opened` event (the user opened one of the app's tabs)."""
+    return {
+        "type": "app_home_opened",
+        "user": user,
+        "channel": "D0001",
+        "tab": tab,
+        "event_ts": f"{time.time():.6f}",
+    }
 
 
 def sign(
