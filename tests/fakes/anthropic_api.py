@@ -69,8 +69,8 @@ class Scripted:
 @dataclass(frozen=True, slots=True)
 class SentEvent:
     """One server-sent event as it left the fake: the request it answered (its number among
-    all requests, from 0), the event's name, when (`time.monotonic()`), and a text delta's
-    text."""
+    all requests, from 0), the event's name, when it was handed to the connection
+    (`time.monotonic()`, just before the write), and a text delta's text."""
 
     request: int
     name: str
@@ -207,8 +207,9 @@ class EventStreamResponse(Response):
 
     async def _send(self, name: str, data: dict[str, Any], send: Send, *, text: str = "") -> None:
         chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        # Recorded first: once the client has an event, its record exists.
         self.api.record_event(self.number, name, text)
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
 
 class FakeAnthropicAPI:
