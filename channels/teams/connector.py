@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -151,11 +151,13 @@ class TeamsConnector:
 
 
 class ChatPace:
-    """At most one request per `interval` seconds to each chat.
+    """At most one request per `interval` seconds to each chat, counted from the end of the
+    previous one (Teams wants the answer to a stream request before the next request).
 
-    `wait(chat)` reserves the chat's next free slot and sleeps until it: the reservation is
-    taken before the first await, so callers that come together queue one interval apart.
-    `monotonic` and `sleep` are the real clock unless a test drives time itself.
+    `request(chat)` reserves the chat's next free slot before its first await, so callers
+    that come together queue one interval apart, and sleeps until the slot; when the request
+    is over, the next slot moves to one interval after that. `monotonic` and `sleep` are the
+    real clock unless a test drives time itself.
     """
 
     def __init__(
@@ -170,13 +172,19 @@ class ChatPace:
         self.sleep = sleep
         self._next: BoundedCache[str, float] = BoundedCache(PACED_CHATS)
 
-    async def wait(self, chat: str) -> None:
-        """Return when a request to `chat` may go out (at once when none went out lately)."""
+    @asynccontextmanager
+    async def request(self, chat: str) -> AsyncIterator[None]:
+        """Wait for the chat's next slot, make the request in the block, release the slot."""
         now = self.monotonic()
         slot = max(now, self._next.get(chat, now))
         self._next.put(chat, slot + self.interval)
         if slot > now:
             await self.sleep(slot - now)
+        try:
+            yield
+        finally:
+            after = self.monotonic() + self.interval
+            self._next.put(chat, max(self._next.get(chat, after), after))
 
 
 def message_activity(text: str) -> Activity:

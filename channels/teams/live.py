@@ -15,7 +15,8 @@ message: its reply counts as delivered, since the stored reply keeps the full te
 403 answers a final sent again after it already went through, which makes retries and
 restarts idempotent. A stream too old to finish gets a plain message instead.
 
-Every request to a chat waits its turn in the channel's `ChatPace` (one a second per chat).
+Every request to a chat waits its turn in the channel's `ChatPace` (one a second per chat,
+from the end of the previous request).
 """
 
 from __future__ import annotations
@@ -113,11 +114,11 @@ class TeamsStreams:
         if ended == "expired" or handle.age(self.clock()) > FINAL_UNTIL:
             log.info("teams.stream_expired", stream_id=handle.stream_id)
             return await self._plain(reference, thread, text)
-        await self.pace.wait(chat)
         try:
-            await self.connector.post(
-                reference, thread, stream_final(text, stream_id=handle.stream_id)
-            )
+            async with self.pace.request(chat):
+                await self.connector.post(
+                    reference, thread, stream_final(text, stream_id=handle.stream_id)
+                )
         except ConnectorError as exc:
             return await self._final_refused(exc, handle, reference, thread, text)
         self.ended.put(handle.stream_id, "finished")
@@ -157,7 +158,11 @@ class TeamsStreams:
         raise exc
 
     async def _plain(self, reference: Mapping[str, Any], thread: str, text: str) -> DeliveryReceipt:
-        identifier = await self.connector.post(reference, thread, message_activity(text))
+        """The answer as a plain message (paced: it may follow a refused final at once)."""
+        conversation = reference.get("conversation")
+        chat_id = conversation.get("id") if isinstance(conversation, Mapping) else None
+        async with self.pace.request(split_conversation_id(str(chat_id or ""))[0]):
+            identifier = await self.connector.post(reference, thread, message_activity(text))
         return DeliveryReceipt(platform_message_id=identifier)
 
 
@@ -234,10 +239,10 @@ class TeamsLiveReply:
         activity = stream_update(
             text, stream_type=stream_type, sequence=sequence, stream_id=self._stream_id()
         )
-        await streams.pace.wait(self._chat)
-        sent_at = streams.clock()
         try:
-            identifier = await streams.connector.post(self._reference, "", activity)
+            async with streams.pace.request(self._chat):
+                sent_at = streams.clock()
+                identifier = await streams.connector.post(self._reference, "", activity)
         except ConnectorError as exc:
             if refusal_of(exc) is None:
                 raise  # a rate limit or an outage: the gateway pauses or stops the updates
@@ -321,10 +326,10 @@ class TeamsTypingReply:
         if self._last_typing is not None and now - self._last_typing < TYPING_EVERY:
             return
         self._last_typing = now
-        await pace.wait(self._chat)
-        await self._streams.connector.post(
-            self._reference, self._thread, Activity(type=ActivityTypes.typing)
-        )
+        async with pace.request(self._chat):
+            await self._streams.connector.post(
+                self._reference, self._thread, Activity(type=ActivityTypes.typing)
+            )
 
     async def _keep_typing(self) -> None:
         pace = self._streams.pace

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 
 from channels.base import AcceptResult, ChannelMessage, ChannelType, OutboundMessage
 from channels.teams.adapter import TeamsChannel, TeamsSettings
+from channels.teams.connector import ChatPace
 from errors import StorageError
 from tests.channels.teams_activities import TENANT
 from tests.fakes.bot_framework import (
@@ -70,8 +71,15 @@ class ServedChannel:
 
 
 @contextlib.asynccontextmanager
-async def serve_channel(fake: FakeBotFramework, **overrides: Any) -> AsyncIterator[ServedChannel]:
-    """The channel's routes in a Starlette app on a free loopback port."""
+async def serve_channel(
+    fake: FakeBotFramework,
+    *,
+    clock: Callable[[], datetime] = lambda: NOW,
+    pace: ChatPace | None = None,
+    **overrides: Any,
+) -> AsyncIterator[ServedChannel]:
+    """The channel's routes in a Starlette app on a free loopback port (settings overridden
+    by keyword; `clock` and `pace` as the channel takes them)."""
     settings = TeamsSettings(
         **{
             "app_id": APP_ID,
@@ -87,8 +95,9 @@ async def serve_channel(fake: FakeBotFramework, **overrides: Any) -> AsyncIterat
     channel = TeamsChannel(
         settings,
         inbox,
-        clock=lambda: NOW,
+        clock=clock,
         on_rejected=lambda status, reason: rejections.append((status, reason)),
+        pace=pace,
     )
     port = free_port()
     server = _QuietServer(
