@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -81,6 +82,7 @@ class SlackChannel:
         threads: ThreadDirectory,
         *,
         on_rejected: Callable[[int, str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if settings.mode == "http" and not settings.signing_secret.strip():
             raise ChannelAuthError(
@@ -94,7 +96,7 @@ class SlackChannel:
         self.client = AsyncWebClient(token=settings.bot_token, base_url=settings.api_base_url)
         self.people = SlackPeople(self.client)
         streamed = StreamedText()
-        self.live = LiveShared(streamed=streamed)
+        self.live = LiveShared(streamed=streamed, clock=clock)
         self.sender = SlackSender(self.client, streamed)
         self.assistant = SlackAssistant(self.client, settings.assistant)
         self.inbound = SlackInbound(

@@ -142,12 +142,9 @@ class FakeSlackAPI:
         self.rate_limits[method] = per_minute
 
     def limit_tiers(self) -> None:
-        """Enforce Slack's tier minimums (`TIERS`) and one message a second per
-        conversation for posting and updating."""
+        """Enforce Slack's tier minimums (`TIERS`), per workspace."""
         for method, per_minute in TIERS.items():
             self.limit_rate(method, per_minute)
-        self.limit_per_channel("chat.postMessage", 1)
-        self.limit_per_channel("chat.update", 1)
 
     def limit_per_channel(self, method: str, per_second: int) -> None:
         """Answer 429 to calls of `method` past `per_second` in any second, per conversation."""
