@@ -70,6 +70,8 @@ class TeamsStreams:
         self.ended: BoundedCache[str, Refusal | Literal["finished"]] = BoundedCache(
             STREAMS_REMEMBERED
         )
+        # stream id → the plain message sent instead of its final (a retry sends no other).
+        self.replaced: BoundedCache[str, DeliveryReceipt] = BoundedCache(STREAMS_REMEMBERED)
 
     def reply(
         self, target: ReplyTarget, resume: Mapping[str, Any] | None = None
@@ -106,6 +108,9 @@ class TeamsStreams:
         if handle is None or handle.conversation_id != chat:
             log.warning("teams.live_handle_ignored", handle=dict(live), conversation=chat)
             return await self._plain(reference, thread, text)
+        replaced = self.replaced.get(handle.stream_id)
+        if replaced is not None:
+            return replaced
         ended = self.ended.get(handle.stream_id)
         if ended in ("finished", "stopped"):
             if ended == "stopped":
@@ -113,7 +118,7 @@ class TeamsStreams:
             return DeliveryReceipt(platform_message_id=handle.stream_id)
         if ended == "expired" or handle.age(self.clock()) > FINAL_UNTIL:
             log.info("teams.stream_expired", stream_id=handle.stream_id)
-            return await self._plain(reference, thread, text)
+            return await self._instead(handle, reference, thread, text)
         try:
             async with self.pace.request(chat):
                 await self.connector.post(
@@ -154,8 +159,16 @@ class TeamsStreams:
                 code=exc.code,
                 detail=exc.detail,
             )
-            return await self._plain(reference, thread, text)
+            return await self._instead(handle, reference, thread, text)
         raise exc
+
+    async def _instead(
+        self, handle: StreamHandle, reference: Mapping[str, Any], thread: str, text: str
+    ) -> DeliveryReceipt:
+        """A plain message instead of the stream's final, sent once per stream."""
+        receipt = await self._plain(reference, thread, text)
+        self.replaced.put(handle.stream_id, receipt)
+        return receipt
 
     async def _plain(self, reference: Mapping[str, Any], thread: str, text: str) -> DeliveryReceipt:
         """The answer as a plain message (paced: it may follow a refused final at once)."""

@@ -198,11 +198,14 @@ async def test_updates_stop_before_the_two_minutes_and_a_late_reply_is_a_plain_m
     await reply.text("Still thinking")
     assert len(live.fake.typing) == 2
     live.clock.advance(20)  # 121 s: the stream is over on Teams' side
-    receipt = await live.teams.channel.send(streamed_reply(message, reply.handle, "Late."))
+    outbound = streamed_reply(message, reply.handle, "Late.")
+    receipt = await live.teams.channel.send(outbound)
+    again = await live.teams.channel.send(outbound)  # the delivery mark was lost
     [plain] = live.fake.posted
     assert plain.stream_info is None
     assert plain.body["text"] == "Late."
     assert receipt.platform_message_id == "reply-2"
+    assert again == receipt
 
 
 async def test_a_final_the_connector_finds_too_late_becomes_a_plain_message(
