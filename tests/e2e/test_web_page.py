@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from playwright.async_api import Page, async_playwright, expect
 
 from channels.web.live import LiveHub
 from tests.channels.web_channel_harness import TOKEN, ServedWeb, serve_web
@@ -18,9 +19,6 @@ from tests.e2e.harness import gateway_config, running_gateway
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary installed")
-
-if CHROMIUM is not None:
-    from playwright.async_api import Page, async_playwright, expect
 
 XSS = 'Hello <img src=x onerror="window.pwned=1"> <script>window.pwned=1</script>'
 
