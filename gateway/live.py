@@ -78,8 +78,11 @@ class LiveProgress:
         remember: Callable[[Mapping[str, Any]], Awaitable[None]],
         resumed: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        observe: Callable[[str, str], None] = lambda _kind, _outcome: None,
     ) -> None:
         self.reply = reply
+        # Told (kind, outcome) of every platform call: the metrics.
+        self.observe = observe
         self.interval = max(interval, 0.0)
         self.status_texts = status_texts
         self.remember = remember
@@ -94,7 +97,8 @@ class LiveProgress:
         self._texts_allowed = True
         self._stopped = False  # nothing more is shown (settled, stopped by the user, failing)
         self._failures = 0
-        self._next_call_at = 0.0
+        self._next_call_at = 0.0  # pacing: the channel's interval after each call
+        self._paused_until = 0.0  # a rate limit: the platform said until when
         self._wake = asyncio.Event()
         self._settling = asyncio.Event()
         self._task = asyncio.create_task(self._pump(), name="live-reply")
@@ -168,8 +172,14 @@ class LiveProgress:
         )
 
     async def _pace(self) -> None:
-        """Wait until the next call is allowed (or the turn settles)."""
-        delay = self._next_call_at - self.clock()
+        """Wait until the next call is allowed (or the turn settles). The first text goes as
+        soon as a rate limit allows, whatever status went just before it: the answer
+        appearing is what people wait for (a channel whose platform cannot take it that soon
+        paces its own calls)."""
+        wait_until = self._paused_until
+        if not (self.first_text_at is None and self._texts_allowed and self._text.strip()):
+            wait_until = max(wait_until, self._next_call_at)
+        delay = wait_until - self.clock()
         if delay > 0:
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._settling.wait(), timeout=delay)
@@ -193,6 +203,7 @@ class LiveProgress:
                 await call
         except LiveStoppedError:
             log.info("live.stopped_by_user")
+            self.observe(kind, "stopped")
             self._stopped = True
             return
         except DeliveryError as exc:
@@ -201,6 +212,7 @@ class LiveProgress:
         except (GatewayError, OSError, TimeoutError) as exc:
             self._failed(kind, exc, None)
             return
+        self.observe(kind, "ok")
         self._failures = 0
         if kind == "text":
             self._shown_text = text
@@ -212,10 +224,12 @@ class LiveProgress:
         error = str(exc) or type(exc).__name__
         if retry_after is not None:
             # A rate limit: the platform said when; the text is cumulative, nothing is lost.
-            self._next_call_at = self.clock() + max(retry_after, self.interval)
+            self._paused_until = self.clock() + max(retry_after, self.interval)
+            self.observe(kind, "rate_limited")
             log.info("live.rate_limited", kind=kind, retry_after=retry_after)
             self._wake.set()
             return
+        self.observe(kind, "failed")
         self._failures += 1
         if kind == "text" or self._failures >= MAX_FAILURES:
             # The final send delivers the answer; it finishes the live message if one exists.

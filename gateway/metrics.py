@@ -86,6 +86,13 @@ class GatewayMetrics:
             ["provider", "kind"],
             registry=self.registry,
         )
+        self.live_updates = Counter(
+            "gateway_live_updates",
+            "Platform calls of live replies, by channel, kind (status, text) and outcome "
+            "(ok, rate_limited, failed, stopped).",
+            ["channel", "kind", "outcome"],
+            registry=self.registry,
+        )
         self.compactions = Counter(
             "gateway_compactions",
             "Sessions compacted (full transcript archived first, then summarised).",

@@ -80,8 +80,11 @@ def open_llm(config: GatewayConfig) -> LLMClient:
         provider = "anthropic" if api_key else "offline"
     if provider == "offline":
         log.warning("llm.offline", detail=OFFLINE_LABEL)
-        latency = llm.offline_latency
-        return OfflineLLM(latency=latency.total_seconds() if latency else 0.0)
+        latency, pace = llm.offline_latency, llm.offline_token_interval
+        return OfflineLLM(
+            latency=latency.total_seconds() if latency else 0.0,
+            token_interval=pace.total_seconds() if pace else 0.0,
+        )
     log.info("llm.configured", provider=provider, model=llm.model, base_url=llm.base_url)
     return AnthropicLLM(
         AnthropicSettings(
@@ -267,6 +270,7 @@ class GatewayRuntime:
             send_reply=outbox.send_now,
             reply_lease=outbox.policy.lease,
             work_slots=work_slots,
+            adapters=adapters,
         )
         # Accepting only, the turn workers hear of new messages by notification; otherwise
         # the inbox wakes this process's dispatcher (built below, once the adapters exist).

@@ -41,6 +41,7 @@ RESTART_ONLY: tuple[str, ...] = (
     "llm.region",
     "llm.project_id",
     "llm.offline_latency",
+    "llm.offline_token_interval",
     "sessions.max_concurrent_turns",
     "admin",
 )
@@ -58,6 +59,7 @@ RELOADABLE: tuple[str, ...] = (
     "sessions.summary_min_user_messages",
     "sessions.compaction",
     "recall",
+    "live",
     "organizations",
     "identity",
     "retention",
@@ -121,6 +123,7 @@ def runtime_settings(config: GatewayConfig) -> RuntimeSettings:
                 plugin.name for plugin in channel_plugins() if plugin.pulls_replies
             ),
             public_url=config.server.public_url or "",
+            status_texts=config.live.status.model_dump(),
         ),
         jobs=JobSettings(
             archive_after=sessions.archive_after,

@@ -180,6 +180,8 @@ class LLMConfig(StrictModel):
     project_id: OptionalStr = None
     # Simulated thinking time of the offline provider (demos, load and crash tests).
     offline_latency: Duration | None = None
+    # The offline provider's pace when it streams its answer word by word (demos, benchmarks).
+    offline_token_interval: Duration | None = None
 
     @field_validator("api_key")
     @classmethod
@@ -188,6 +190,32 @@ class LLMConfig(StrictModel):
         if info.data.get("provider") == "anthropic" and is_blank(value):
             raise rule_error("required when llm.provider is anthropic")
         return value
+
+
+class StatusTextsConfig(StrictModel):
+    """What a live reply says while the assistant works (`{detail}`: a tool's or file's name)."""
+
+    thinking: str = "Thinking…"
+    compacting: str = "Summarising older messages to make room…"
+    searching: str = "Searching earlier conversations…"
+    reading: str = "Reading {detail}…"
+    tool: str = "Using {detail}…"
+
+    @field_validator("thinking", "compacting", "searching", "reading", "tool")
+    @classmethod
+    def _only_detail_placeholder(cls, value: str) -> str:
+        """A status is one short line; `{detail}` is the only placeholder."""
+        if not value.strip() or "\n" in value or len(value) > 150:
+            raise rule_error("must be one non-empty line of at most 150 characters")
+        if "{" in value.replace("{detail}", "") or "}" in value.replace("{detail}", ""):
+            raise rule_error("the only placeholder is {detail}")
+        return value
+
+
+class LiveConfig(StrictModel):
+    """Replies shown while they are written, on the channels whose `streaming` is on."""
+
+    status: StatusTextsConfig = Field(default_factory=StatusTextsConfig)
 
 
 class CompactionConfig(StrictModel):
@@ -288,6 +316,7 @@ class GatewayConfig(StrictModel):
     llm: LLMConfig = Field(default_factory=LLMConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     recall: RecallConfig = Field(default_factory=RecallConfig)
+    live: LiveConfig = Field(default_factory=LiveConfig)
     organizations: tuple[OrganizationConfig, ...] = ()
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)

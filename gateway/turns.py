@@ -11,21 +11,27 @@ message never wedges a user's queue.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from channels.base import ChannelMessage, FileToSend
+from channels.base import ChannelMessage, ChannelType, FileToSend
+from channels.live import LiveChannel, ReplyTarget, TitledChannel
+from channels.plugin import ChannelAdapter
 from gateway.commands import Command, CommandContext, parse_command, run_command
 from gateway.identity import ResolvedUser
+from gateway.live import HandleOnly, LiveProgress
 from gateway.log import bind_turn_context, clear_turn_context, get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.work_slots import WorkSlots
+from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.routing import Arrival, RoutingPolicy
-from sessions.turn import ReplyAddress, TurnService, UserTurn, new_outbound_id
+from sessions.turn import LIVE_REPLY_KEY, ReplyAddress, TurnService, UserTurn, new_outbound_id
 from storage.database import Database
 from storage.models import InboundEvent, InboundStatus
 from storage.models import OutboundMessage as OutboundRow
@@ -52,11 +58,13 @@ class QueuedEvent:
 
     event_id: int
     message: ChannelMessage
+    # The live platform message an earlier attempt at this event streamed into, if any.
+    live: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, row: InboundEvent) -> QueuedEvent:
         """The value of an inbox row."""
-        return cls(row.id, ChannelMessage.from_record(row.message))
+        return cls(row.id, ChannelMessage.from_record(row.message), row.live_reply or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +77,8 @@ class TurnSettings:
     pull_channels: frozenset[str] = frozenset()
     # Base of links sent to users (exports); empty for links relative to this server.
     public_url: str = ""
+    # What live replies say while the assistant works, by `sessions.progress.StatusKind`.
+    status_texts: Mapping[str, str] = field(default_factory=dict)
 
 
 def arrival_of(message: ChannelMessage, user: ResolvedUser) -> Arrival:
@@ -98,6 +108,7 @@ class TurnProcessor:
         send_reply: Callable[[OutboundRow], None],
         reply_lease: timedelta,
         work_slots: WorkSlots,
+        adapters: Mapping[ChannelType, ChannelAdapter] | None = None,
     ) -> None:
         self.database = database
         self.service = service
@@ -113,6 +124,10 @@ class TurnProcessor:
         # this process dies first, the lease runs out and any process's outbox sends them.
         self.send_reply = send_reply
         self.reply_lease = reply_lease
+        # The channels' adapters (for live replies and thread titles).
+        self.adapters: Mapping[ChannelType, ChannelAdapter] = adapters or {}
+        # Live messages of events whose turn failed and waits for another attempt here.
+        self._live_handles: dict[int, Mapping[str, Any]] = {}
 
     def reconfigure(self, settings: TurnSettings) -> None:
         """Apply reloaded routing, budget and public URL to the next turn."""
@@ -180,22 +195,31 @@ class TurnProcessor:
             await self._run_command(event, user, command)
             return
         channel = message.channel_type.value
-        result = await self.service.answer(
-            UserTurn(
-                event_id=event.event_id,
-                arrival=arrival_of(message, user),
-                message_id=message.message_id,
-                text=message.prompt_text(),
-                reply_to=ReplyAddress(
-                    channel_type=channel,
-                    channel_id=message.channel_id,
-                    thread_id=message.thread_id,
-                    reply_context=message.reply_context,
-                    delivered_on_store=channel in self.settings.pull_channels,
+        target = _reply_target(message, user)
+        adapter = self.adapters.get(message.channel_type)
+        progress = self._progress(event, adapter, target)
+        committed = False
+        try:
+            result = await self.service.answer(
+                UserTurn(
+                    event_id=event.event_id,
+                    arrival=arrival_of(message, user),
+                    message_id=message.message_id,
+                    text=message.prompt_text(),
+                    reply_to=ReplyAddress(
+                        channel_type=channel,
+                        channel_id=message.channel_id,
+                        thread_id=message.thread_id,
+                        reply_context=message.reply_context,
+                        delivered_on_store=channel in self.settings.pull_channels,
+                    ),
+                    metadata=_message_metadata(message),
                 ),
-                metadata=_message_metadata(message),
+                progress,
             )
-        )
+            committed = True
+        finally:
+            await self._end_progress(event, progress, committed=committed)
         provider = self.service.engine.llm.name
         self.metrics.llm_latency.labels(provider).observe(result.model_seconds)
         if result.outbound is None:
@@ -205,7 +229,57 @@ class TurnProcessor:
         if result.compacted:
             self.metrics.compactions.inc()
         self._send(result.outbound)
-        await self.service.after_reply(result)
+        topic = await self.service.after_reply(result)
+        if topic and isinstance(adapter, TitledChannel):
+            await adapter.set_title(target, topic)
+
+    def _progress(
+        self, event: QueuedEvent, adapter: ChannelAdapter | None, target: ReplyTarget
+    ) -> TurnProgress:
+        """The turn's live reply on its channel, when the channel shows one; otherwise
+        progress nobody sees (still finishing the live message of an earlier attempt)."""
+        resume = self._live_handles.get(event.event_id) or event.live
+        reply = None
+        if isinstance(adapter, LiveChannel):
+            try:
+                reply = adapter.live_reply(target, resume=resume)
+            except Exception as exc:
+                # Live progress is a courtesy; the answer still goes out as a plain message.
+                log.exception("live.unavailable", error=str(exc))
+        if reply is None or not isinstance(adapter, LiveChannel):
+            return HandleOnly(resume) if resume else NO_PROGRESS
+        progress = LiveProgress(
+            reply,
+            interval=adapter.live_interval,
+            status_texts=self.settings.status_texts,
+            remember=functools.partial(self._remember_live, event.event_id),
+            resumed=resume,
+            observe=functools.partial(self._observe_live, target_channel(adapter)),
+        )
+        progress.status("thinking")
+        return progress
+
+    def _observe_live(self, channel: str, kind: str, outcome: str) -> None:
+        self.metrics.live_updates.labels(channel, kind, outcome).inc()
+
+    async def _remember_live(self, event_id: int, handle: Mapping[str, Any]) -> None:
+        """Store the live message with the inbound event (a restart finishes it)."""
+        async with self.database.session() as db:
+            await InboxRepository(db).record_live_reply(event_id, dict(handle))
+
+    async def _end_progress(
+        self, event: QueuedEvent, progress: TurnProgress, *, committed: bool
+    ) -> None:
+        """After the turn: a committed reply carries its live message; a failed turn keeps it
+        for the next attempt (or the apology) and lets the channel clear its indicators."""
+        if committed:
+            self._live_handles.pop(event.event_id, None)
+        else:
+            handle = await progress.settle()
+            if handle is not None:
+                self._live_handles[event.event_id] = handle
+        if isinstance(progress, LiveProgress):
+            await progress.close(committed=committed)
 
     async def _run_command(self, event: QueuedEvent, user: ResolvedUser, command: Command) -> None:
         message = event.message
@@ -250,6 +324,7 @@ class TurnProcessor:
                 event.event_id, InboundStatus.FAILED, at=self.clock(), error=str(exc)[:2000]
             )
             reply = None
+            live = self._live_handles.pop(event.event_id, None) or event.live
             if finished:
                 reply = await self._enqueue(
                     db,
@@ -258,6 +333,7 @@ class TurnProcessor:
                     event_id=event.event_id,
                     user_id=user.user_id,
                     kind="notice",
+                    live=live,
                 )
         self._send(reply)
         return True
@@ -273,6 +349,7 @@ class TurnProcessor:
         session_id: str | None = None,
         kind: str = "reply",
         file: FileToSend | None = None,
+        live: Mapping[str, Any] | None = None,
     ) -> OutboundRow | None:
         """Add a reply to the outbox in the caller's transaction; the row to send once that
         commits, or None for channels whose clients fetch their replies."""
@@ -280,6 +357,10 @@ class TurnProcessor:
         if delivered:
             self.metrics.messages_out.labels(message.channel_type.value, "delivered").inc()
         now = self.clock()
+        reply_context = dict(message.reply_context)
+        if live is not None:
+            # The live message an earlier attempt streamed into: this reply finishes it.
+            reply_context[LIVE_REPLY_KEY] = dict(live)
         row = await OutboxRepository(db).enqueue(
             delivered=delivered,
             message_id=new_outbound_id(),
@@ -292,7 +373,7 @@ class TurnProcessor:
             user_id=user_id,
             session_id=session_id,
             inbound_event_id=event_id,
-            reply_context=dict(message.reply_context),
+            reply_context=reply_context,
             attachment=dataclasses.asdict(file) if file is not None else None,
             at=now,
             claimed_until=now + self.reply_lease,
@@ -303,6 +384,24 @@ class TurnProcessor:
         """Hand a committed reply to the outbox sender."""
         if reply is not None:
             self.send_reply(reply)
+
+
+def target_channel(adapter: ChannelAdapter) -> str:
+    """The channel's name in metrics."""
+    return adapter.channel_type.value
+
+
+def _reply_target(message: ChannelMessage, user: ResolvedUser) -> ReplyTarget:
+    """Where the message's live reply goes."""
+    return ReplyTarget(
+        channel_id=message.channel_id,
+        thread_id=message.thread_id,
+        reply_context=message.reply_context,
+        user_id=user.user_id,
+        user_identifier=message.user_identifier,
+        in_reply_to=message.message_id,
+        conversation=message.conversation,
+    )
 
 
 def _message_metadata(message: ChannelMessage) -> dict[str, object]:

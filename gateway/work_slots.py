@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from sessions.llm import LLMClient, LLMRequest, LLMResponse
+from sessions.progress import TurnProgress
 
 WORK_SLOTS = 8
 
@@ -75,10 +76,15 @@ class WaitingLLM:
         self.slots = slots
         self.name = llm.name
 
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        """The inner client's answer, waited for without a work slot."""
+    async def complete(
+        self, request: LLMRequest, *, progress: TurnProgress | None = None
+    ) -> LLMResponse:
+        """The inner client's answer (streamed into `progress`), waited for without a work
+        slot."""
         async with self.slots.waiting():
-            return await self.inner.complete(request)
+            if progress is None:
+                return await self.inner.complete(request)
+            return await self.inner.complete(request, progress=progress)
 
     async def close(self) -> None:
         """Close the inner client."""

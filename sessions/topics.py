@@ -34,11 +34,11 @@ class TopicWriter:
         self.histories = histories
         self.every = every
 
-    async def update_if_due(self, session_id: str, *, first_seq: int, last_seq: int) -> bool:
+    async def update_if_due(self, session_id: str, *, first_seq: int, last_seq: int) -> str | None:
         """Refresh the topic when the turn, which stored the session's messages `first_seq`
-        to `last_seq`, passed a multiple of `every`; True when it was written."""
+        to `last_seq`, passed a multiple of `every`; the new topic when it was written."""
         if last_seq // self.every == (first_seq - 1) // self.every:
-            return False
+            return None
         # The turn just extended the cached history; the database only when it is not there.
         recent = self.histories.recent(session_id, through_seq=last_seq, count=TOPIC_MESSAGES)
         if recent is None:
@@ -59,11 +59,11 @@ class TopicWriter:
         )
         summary, topics = parse_topic(response.text)
         if not summary:
-            return False
+            return None
         async with self.database.session() as db:
             await SessionRepository(db).set_topic(session_id, summary, topics)
         log.info("session.topic_updated", session_id=session_id, topics=topics)
-        return True
+        return summary
 
 
 def parse_topic(text: str) -> tuple[str, list[str]]:

@@ -41,6 +41,7 @@ from sessions.context import HistoryMessage
 from sessions.engine import SessionEngine
 from sessions.engine_values import NewMessage, TurnOutcome
 from sessions.llm import estimate_tokens
+from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.routing import Arrival, RoutingPolicy, resolve_session
 from storage.database import Database
 from storage.models import InboundStatus
@@ -56,6 +57,10 @@ from storage.turn_store import (
 )
 
 log = structlog.stdlib.get_logger(__name__)
+
+LIVE_REPLY_KEY = "live"
+"""The reply context key of the live platform message a streamed reply finishes (the
+channels' `channels.live.LIVE_KEY`: the gateway checks the two agree)."""
 
 LLM_APOLOGY_TEXT = (
     "Sorry, I could not get an answer from the assistant just now. "
@@ -147,9 +152,14 @@ class TurnService:
         # Wraps waits on the transcript store (the gateway gives its work slot up there).
         self.waiting = waiting
 
-    async def answer(self, turn: UserTurn) -> TurnResult:
+    async def answer(self, turn: UserTurn, progress: TurnProgress = NO_PROGRESS) -> TurnResult:
         """Answer the turn and commit everything it produced; raises `TurnSupersededError`
-        when the event was finished elsewhere and `GatewayError`s of storage for a retry."""
+        when the event was finished elsewhere and `GatewayError`s of storage for a retry.
+
+        `progress` sees the turn as it runs (status, the answer's text as the model writes
+        it); before the write it settles, and the live message it names, if any, goes into
+        the reply's context for the sender to finish: the streamed message is the reply.
+        """
         arrival = turn.arrival
         referenced = None
         if (
@@ -183,11 +193,14 @@ class TurnService:
         outcome: TurnOutcome | None = None
         failure = None
         try:
-            outcome = await self.engine.reply(loaded, thread_id=arrival.thread_id, pending=pending)
+            outcome = await self.engine.reply(
+                loaded, thread_id=arrival.thread_id, pending=pending, progress=progress
+            )
         except LLMError as exc:
             log.error("llm.failed", error=str(exc))
             failure = str(exc)
         model_seconds = time.perf_counter() - started
+        live = await progress.settle()
         produced: tuple[NewMessage, ...] = outcome.messages if outcome else ()
         reply_text = outcome.reply_text if outcome else LLM_APOLOGY_TEXT
         reply_id = new_outbound_id()
@@ -244,6 +257,7 @@ class TurnService:
                 session_id=session_id,
                 kind="reply" if outcome else "notice",
                 at=now,
+                live=live,
             )
             if not await finish_inbound_event(
                 db,
@@ -307,8 +321,9 @@ class TurnService:
             ),
         )
 
-    async def after_reply(self, result: TurnResult) -> None:
-        """The work that follows a sent reply: the transcript segment, then the topic."""
+    async def after_reply(self, result: TurnResult) -> str | None:
+        """The work that follows a sent reply: the transcript segment, then the topic; the
+        session's new topic when this turn wrote one."""
         # The database is the record; the transcript is its mirror for archives and exports,
         # rebuilt from the database at PreCompact time, so a failure here only logs.
         try:
@@ -321,13 +336,14 @@ class TurnService:
         except StorageError as exc:
             log.warning("transcript.append_failed", error=str(exc))
         if not result.answered:
-            return
+            return None
         try:
-            await self.engine.topics.update_if_due(
+            return await self.engine.topics.update_if_due(
                 result.session_id, first_seq=result.first_seq, last_seq=result.last_seq
             )
         except LLMError as exc:
             log.warning("session.topic_failed", error=str(exc))
+            return None
 
     async def _enqueue(
         self,
@@ -339,8 +355,12 @@ class TurnService:
         session_id: str,
         kind: str,
         at: datetime,
+        live: Mapping[str, Any] | None = None,
     ) -> OutboundRow | None:
         address = turn.reply_to
+        reply_context = dict(address.reply_context)
+        if live is not None:
+            reply_context[LIVE_REPLY_KEY] = dict(live)
         row = await OutboxRepository(db).enqueue(
             delivered=address.delivered_on_store,
             message_id=outbound_id,
@@ -353,7 +373,7 @@ class TurnService:
             user_id=turn.arrival.user_id,
             session_id=session_id,
             inbound_event_id=turn.event_id,
-            reply_context=dict(address.reply_context),
+            reply_context=reply_context,
             at=at,
             claimed_until=at + self.reply_lease,
         )

@@ -100,11 +100,24 @@ async def test_status_then_text_paced_and_cumulative() -> None:
     # Cumulative, never more calls than pieces, the last one complete (or settled before it).
     assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
     assert len(texts) < 4
-    times = [at for _, _, at in reply.calls]
+    times = [at for kind, _, at in reply.calls if kind == "text"]
     assert all(later - earlier >= 0.045 for earlier, later in zip(times, times[1:], strict=False))
     assert handle == {"ts": "1.0"}
     assert remember.handles == [{"ts": "1.0"}]  # stored once
     assert reply.max_in_flight == 1
+
+
+async def test_the_first_text_does_not_wait_for_the_pace_of_the_status() -> None:
+    reply, remember = RecordingReply(), Remembered()
+    live = driver(reply, remember, interval=10.0)
+    live.status("thinking")
+    await wait_for_calls(reply, 1)
+    live.text("Hi")
+    await wait_for_calls(reply, 2)
+    live.text(" there")  # the second text keeps the pace
+    await asyncio.sleep(0.05)
+    assert [kind for kind, _, _ in reply.calls] == ["status", "text"]
+    await live.settle()
 
 
 async def test_status_texts_and_details() -> None:
