@@ -4,6 +4,7 @@ that never cost the answer."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -95,13 +96,14 @@ async def test_status_then_text_paced_and_cumulative() -> None:
     await wait_for_calls(reply, 2)
     handle = await live.settle()
     kinds = [kind for kind, _, _ in reply.calls]
-    assert kinds[0] == "status" and reply.calls[0][1] == "Thinking…"
+    assert kinds[0] == "status"
+    assert reply.calls[0][1] == "Thinking…"
     texts = [text for kind, text, _ in reply.calls if kind == "text"]
     # Cumulative, never more calls than pieces, the last one complete (or settled before it).
-    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
+    assert all(b.startswith(a) for a, b in itertools.pairwise(texts))
     assert len(texts) < 4
     times = [at for kind, _, at in reply.calls if kind == "text"]
-    assert all(later - earlier >= 0.045 for earlier, later in zip(times, times[1:], strict=False))
+    assert all(later - earlier >= 0.045 for earlier, later in itertools.pairwise(times))
     assert handle == {"ts": "1.0"}
     assert remember.handles == [{"ts": "1.0"}]  # stored once
     assert reply.max_in_flight == 1
