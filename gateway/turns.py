@@ -125,7 +125,8 @@ class TurnProcessor:
         self.send_reply = send_reply
         self.reply_lease = reply_lease
         # The channels' adapters (for live replies and thread titles).
-        self.adapters: Mapping[ChannelType, ChannelAdapter] = adapters or {}
+        # (The runtime's own map, filled once the channels are open: kept, never copied.)
+        self.adapters: Mapping[ChannelType, ChannelAdapter] = {} if adapters is None else adapters
         # Live messages of events whose turn failed and waits for another attempt here.
         self._live_handles: dict[int, Mapping[str, Any]] = {}
 
