@@ -236,20 +236,21 @@ class OutboxFeed:
             rows = await OutboxRepository(db).feed(
                 ChannelType.WEB.value, user_id, after_id=after, limit=limit
             )
-        prefix = f"{user_id}:"
-        messages = [
-            {
-                "message_id": row.message_id,
-                "role": "assistant",
-                "text": row.content,
-                "session_id": row.session_id,
-                "thread_id": row.thread_id or None,
-                "in_reply_to": (row.in_reply_to or "").removeprefix(prefix) or None,
-                "created_at": row.created_at.isoformat(),
-            }
-            for row in rows
-        ]
+        messages = [feed_item(row, user_id) for row in rows]
         return messages, (rows[-1].id if rows else after)
+
+
+def feed_item(row: OutboundRow, user_id: str) -> dict[str, Any]:
+    """A reply as the web feed shows it (the client's own id of the message it answers)."""
+    return {
+        "message_id": row.message_id,
+        "role": "assistant",
+        "text": row.content,
+        "session_id": row.session_id,
+        "thread_id": row.thread_id or None,
+        "in_reply_to": (row.in_reply_to or "").removeprefix(f"{user_id}:") or None,
+        "created_at": row.created_at.isoformat(),
+    }
 
 
 class SentReplies:

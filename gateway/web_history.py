@@ -12,8 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from channels.base import ChannelType
+from gateway.outbox import feed_item
 from storage.database import Database
-from storage.models import OutboundMessage, SessionMessage
+from storage.models import SessionMessage
 from storage.repositories.outbox import OutboxRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import UserRepository
@@ -42,7 +43,7 @@ class WebHistory:
             )
         cursor = replies[0].id if replies else 0
         answered = {reply.in_reply_to: reply.created_at for reply in replies if reply.in_reply_to}
-        timeline = [(reply.created_at, 1, _reply_item(reply, prefix)) for reply in replies]
+        timeline = [(reply.created_at, 1, feed_item(reply, channel_id)) for reply in replies]
         timeline.extend(
             (_shown_at(message, answered), 0, _user_item(message, prefix)) for message in own
         )
@@ -67,17 +68,4 @@ def _user_item(message: SessionMessage, prefix: str) -> dict[str, Any]:
         "thread_id": message.thread_id or None,
         "in_reply_to": None,
         "created_at": message.created_at.isoformat(),
-    }
-
-
-def _reply_item(reply: OutboundMessage, prefix: str) -> dict[str, Any]:
-    """A reply exactly as the JSON feed shows it (`gateway.outbox.OutboxFeed`)."""
-    return {
-        "message_id": reply.message_id,
-        "role": "assistant",
-        "text": reply.content,
-        "session_id": reply.session_id,
-        "thread_id": reply.thread_id or None,
-        "in_reply_to": (reply.in_reply_to or "").removeprefix(prefix) or None,
-        "created_at": reply.created_at.isoformat(),
     }
