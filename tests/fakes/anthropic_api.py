@@ -4,7 +4,9 @@ It records every request body; answers by default like a model would (a reply na
 last user message; for the engine's bookkeeping calls, the offline provider's extractive
 answers in the requested format); and can be scripted to answer the next requests with HTTP
 errors (429/529/500, with `retry-after`), tool calls, or after a delay. `latency` delays every
-answer that no script entry shapes (a model's thinking time, for load tests).
+answer that no script entry shapes (a model's thinking time, for load tests), and
+`answer_words` makes every unscripted turn's answer that many words long (the default answer,
+then filler prose: long answers for streaming benchmarks; bookkeeping answers are unchanged).
 
 A request with `"stream": true` gets the same answer as the Messages API's server-sent events
 (`message_start`, `ping`, `content_block_start`/`_delta`/`_stop` for text, one word a delta,
@@ -15,7 +17,8 @@ a dropped connection (`drop_stream`). Every event sent is recorded in `sent` wit
 `time.monotonic()` it left, so a test can tell what the client had before the stream ended.
 
 Run as a process of its own for benchmarks: `python -m tests.fakes.anthropic_api --port N
---latency 2.0 --token-interval 0.02` (it then keeps no request bodies and no events).
+--latency 2.0 --token-interval 0.02 --words 150` (it then keeps no request bodies and no
+events).
 """
 
 from __future__ import annotations
@@ -105,6 +108,31 @@ def default_answer(body: dict[str, Any]) -> str:
     if system.startswith("Describe the topic"):
         return json.dumps(offline_topic(last))
     return f"Claude here. You said: {last[:200]}"
+
+
+BOOKKEEPING_PREFIXES = ("Summarise", "Extract durable facts", "Describe the topic")
+FILLER = (
+    "Streaming shows the answer while it is written, so the reader starts at once instead "
+    "of waiting for the whole reply to arrive in one piece."
+)
+
+
+def is_bookkeeping(body: dict[str, Any]) -> bool:
+    """Whether a request is one of the engine's bookkeeping calls rather than a turn."""
+    system = body.get("system") or ""
+    if isinstance(system, list):
+        system = " ".join(block.get("text", "") for block in system)
+    return str(system).startswith(BOOKKEEPING_PREFIXES)
+
+
+def padded(text: str, words: int) -> str:
+    """`text` followed by filler words until it has `words` words (never cut short)."""
+    missing = words - len(text.split())
+    if missing <= 0:
+        return text
+    words_of_filler = FILLER.split()
+    filler = [words_of_filler[index % len(words_of_filler)] for index in range(missing)]
+    return f"{text} {' '.join(filler)}"
 
 
 def stream_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -226,6 +254,8 @@ class FakeAnthropicAPI:
         self.latency: float = 0.0
         # Seconds between two text deltas of a streamed answer.
         self.token_interval: float = 0.0
+        # Words of every unscripted turn's answer (None: the default answer as it is).
+        self.answer_words: int | None = None
         # Keep each request body in `requests` and each event in `sent`; off for long
         # benchmark runs (memory).
         self.record: bool = True
@@ -281,7 +311,7 @@ class FakeAnthropicAPI:
             ]
             stop_reason = "tool_use"
         else:
-            content = [{"type": "text", "text": scripted.text or default_answer(body)}]
+            content = [{"type": "text", "text": scripted.text or self._answer(body)}]
         prompt_chars = len(json.dumps(body.get("messages"))) + len(str(body.get("system")))
         message = {
             "id": f"msg_{uuid.uuid4().hex[:16]}",
@@ -299,6 +329,13 @@ class FakeAnthropicAPI:
         if body.get("stream"):
             return EventStreamResponse(self, number, stream_events(message), scripted)
         return JSONResponse(message)
+
+    def _answer(self, body: dict[str, Any]) -> str:
+        """The unscripted answer: the default one, padded to `answer_words` for a turn."""
+        answer = default_answer(body)
+        if self.answer_words is None or is_bookkeeping(body):
+            return answer
+        return padded(answer, self.answer_words)
 
     async def _bedrock_invoke(self, request: Request) -> Response:
         # Bedrock's InvokeModel takes the Messages API body without `model` (it is in the path).
@@ -349,10 +386,14 @@ def main() -> None:
         default=0.0,
         help="seconds between two words of a streamed answer (0)",
     )
+    parser.add_argument(
+        "--words", type=int, default=None, help="words of every turn's answer (the default one)"
+    )
     args = parser.parse_args()
     api = FakeAnthropicAPI()
     api.latency = max(args.latency, 0.0)
     api.token_interval = max(args.token_interval, 0.0)
+    api.answer_words = args.words
     api.record = False
     uvicorn.run(api.app(), host="127.0.0.1", port=args.port, log_config=None, access_log=False)
 

@@ -103,6 +103,7 @@ class FakeStream:
     text: str = ""
     updates: int = 0
     ended: str = ""  # "", "final", "stopped" (the user's Stop) or "expired"
+    started_at: float = 0.0  # time.monotonic() of the request that opened it
 
 
 @dataclass
@@ -294,7 +295,12 @@ class FakeBotFramework:
             stream_id = f"reply-{next(self._ids)}"
             streamed = post.body.get("text", "") if info.get("streamType") == "streaming" else ""
             self.streams[stream_id] = FakeStream(
-                stream_id, post.conversation_id, sequence=1, text=streamed, updates=1
+                stream_id,
+                post.conversation_id,
+                sequence=1,
+                text=streamed,
+                updates=1,
+                started_at=post.received_at,
             )
             return JSONResponse({"id": stream_id}, status_code=201)
         if info is not None:
