@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -22,13 +23,64 @@ from gateway.workers import TurnWorkers
 log = get_logger(__name__)
 
 
-class _GatewayServer(uvicorn.Server):
-    """uvicorn's server without its own signal handling (`serve` installs the gateway's)."""
+# Seconds the responses still open when the server stops may take to finish; then they are
+# cancelled (the platforms resend what was not acknowledged; web clients reconnect).
+SHUTDOWN_GRACE = 10
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server for the gateway: it leaves signals to `serve`, and ends the channels'
+    long-lived responses (the web channel's event streams) as soon as it starts to stop.
+
+    uvicorn's shutdown waits for every open response; an event stream stays open for up to
+    its `max_seconds`, so without this a stop would wait for it (25 s by default).
+    """
+
+    def __init__(self, config: uvicorn.Config, runtime: GatewayRuntime) -> None:
+        super().__init__(config)
+        self.runtime = runtime
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         """Leave signals to `serve`, which stops the server and then closes the runtime."""
         yield
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Stop accepting connections, stop the channels, then let uvicorn finish the
+        requests in flight."""
+        for server in self.servers:
+            server.close()  # uvicorn closes them again, which asyncio allows
+        await stop_channels(self.runtime)
+        await super().shutdown(sockets)
+
+
+def http_server(runtime: GatewayRuntime, host: str, port: int) -> GatewayServer:
+    """The HTTP server of a running gateway, on `host`:`port`."""
+    return GatewayServer(
+        uvicorn.Config(
+            create_app(runtime),
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE,
+        ),
+        runtime,
+    )
+
+
+async def stop_channels(runtime: GatewayRuntime) -> None:
+    """Stop the channels' adapters when the server starts to stop: listeners close and open
+    event streams end (their clients reconnect to another process) instead of holding the
+    shutdown. Turns in flight still finish; `GatewayRuntime.close` stops the adapters again,
+    which they allow. A failure is logged and does not hold up the rest of the shutdown."""
+    for channel_type, adapter in runtime.adapters.items():
+        try:
+            await adapter.stop()
+        except Exception:
+            log.exception("channel.stop_failed", channel=channel_type.value)
 
 
 async def serve(
@@ -40,8 +92,9 @@ async def serve(
 ) -> None:
     """Start the runtime, serve until SIGTERM/SIGINT, then shut down in order.
 
-    On the first signal uvicorn stops accepting connections and lets in-flight requests
-    finish; a second signal forces the exit. The runtime closes only after the server stops.
+    On the first signal uvicorn stops accepting connections, the channels stop (open event
+    streams end) and in-flight requests get `SHUTDOWN_GRACE` seconds to finish; a second
+    signal forces the exit. The runtime closes only after the server stops.
     SIGHUP reads `config_path` again and applies it (`gateway.reload`). With
     `server.turn_workers`, this process only accepts and starts the turn workers
     (`gateway.workers`); `role="turns"` is such a worker: no HTTP, turns only.
@@ -54,17 +107,7 @@ async def serve(
         workers = TurnWorkers(config.server.turn_workers, config_path, log_format=log_format)
     runtime = await GatewayRuntime.start(config, role="accept" if workers else "all")
     try:
-        server = _GatewayServer(
-            uvicorn.Config(
-                create_app(runtime),
-                host=config.server.host,
-                port=config.server.port,
-                log_config=None,
-                access_log=False,
-                lifespan="off",
-                server_header=False,
-            )
-        )
+        server = http_server(runtime, config.server.host, config.server.port)
         loop = asyncio.get_running_loop()
 
         def request_stop(signum: signal.Signals) -> None:
