@@ -36,11 +36,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import resource
 import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +87,7 @@ class LiveSettings:
     teams_overrun: bool
     timeout: float
     logs: Path | None
+    details: Path | None
     overrides: tuple[tuple[str, object], ...]
 
 
@@ -134,6 +137,9 @@ def parse_settings(argv: Sequence[str] | None) -> LiveSettings:
     parser.add_argument("--quick", action="store_true", help="10 streams, 1 wave")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per wave (120)")
     parser.add_argument("--logs", type=Path, help="copy the gateway's log into this folder")
+    parser.add_argument(
+        "--details", type=Path, help="write every answer's timeline here (JSON lines)"
+    )
     add_config_overrides(parser, "logging.level=info")
     args = parser.parse_args(argv)
     channels = tuple(name.strip() for name in args.channels.split(",") if name.strip())
@@ -156,6 +162,7 @@ def parse_settings(argv: Sequence[str] | None) -> LiveSettings:
         teams_overrun=args.teams_overrun,
         timeout=args.timeout,
         logs=args.logs,
+        details=args.details,
         overrides=tuple(config_overrides(parser, args.set)),
     )
 
@@ -217,22 +224,34 @@ async def measure_channels(
     slack, teams, model = fakes
     waves = {"streams": settings.streams, "waves": settings.waves, "wait_s": settings.timeout}
     result: dict[str, Any] = {}
+    details: dict[str, list[dict[str, Any]]] = {}
     for channel in settings.channels:
         began = time.monotonic()
         if channel == "slack":
             slack_answers = await run_slack_waves(gateway.base_url, slack, **waves)
-            result["slack"] = slack_figures(slack, model, slack_answers)
+            result["slack"], details["slack"] = slack_figures(slack, model, slack_answers)
         elif channel == "teams":
             teams_answers = await run_teams_waves(gateway.base_url, teams, **waves)
-            result["teams"] = teams_figures(teams, teams_answers)
+            result["teams"] = teams_figures(teams, model, teams_answers)
         else:
             web_answers, feeds = await run_web_waves(gateway.base_url, **waves)
-            result["web"] = web_figures(model, web_answers, feeds)
+            result["web"], details["web"] = web_figures(model, web_answers, feeds)
         result[channel]["seconds"] = round(time.monotonic() - began, 1)
     if settings.teams_overrun:
         answer = await run_overrun(gateway.base_url, teams, model, user=settings.streams)
         result["teams_overrun"] = overrun_figures(teams, answer)
+    if settings.details is not None:
+        write_details(settings.details, details)
     return result
+
+
+def write_details(path: Path, details: dict[str, list[dict[str, Any]]]) -> None:
+    """Every answer's record as JSON lines (`channel` added), for a closer look."""
+    with path.open("w", encoding="utf-8") as out:
+        for channel, records in details.items():
+            for record in records:
+                out.write(json.dumps({"channel": channel, **record}) + "\n")
+    progress(f"wrote every answer's record to {path}")
 
 
 def measure(settings: LiveSettings) -> dict[str, Any]:
@@ -257,6 +276,7 @@ def measure(settings: LiveSettings) -> dict[str, Any]:
         finally:
             exit_code = gateway.stop()
             levels = gateway.log_levels()
+            warnings = logged_warnings(gateway.log_path)
             if settings.logs is not None:
                 settings.logs.mkdir(parents=True, exist_ok=True)
                 shutil.copy(gateway.log_path, settings.logs / "gateway.log")
@@ -273,8 +293,22 @@ def measure(settings: LiveSettings) -> dict[str, Any]:
         "bench_cpu_s": round(own_cpu_s(), 1),
         "gateway_exit_code": exit_code,
         "gateway_log_lines": levels,
+        "gateway_warnings": warnings,
         "goals_met": goals_met(result),
     }
+
+
+def logged_warnings(log_path: Path) -> dict[str, int]:
+    """The gateway's warnings and errors by event name (a rate-limited final shows as
+    `outbox.retry_scheduled`)."""
+    events: Counter[str] = Counter()
+    with contextlib.suppress(OSError), log_path.open(encoding="utf-8", errors="replace") as log:
+        for line in log:
+            with contextlib.suppress(json.JSONDecodeError, AttributeError):
+                entry = json.loads(line)
+                if entry.get("level") in ("warning", "error", "critical"):
+                    events[str(entry.get("event"))] += 1
+    return dict(events.most_common())
 
 
 def own_cpu_s() -> float:

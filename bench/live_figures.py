@@ -8,6 +8,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tests.fakes.anthropic_api import FakeAnthropicAPI, is_bookkeeping
@@ -51,9 +52,17 @@ def count_goal(value: int, goal: int = 0) -> dict[str, Any]:
     return {"value": value, "goal": f"<= {goal}", "met": value <= goal}
 
 
-def first_tokens(api: FakeAnthropicAPI, marks: Iterable[str]) -> dict[str, float]:
-    """For each marker, when the fake model sent the first text delta of a streamed turn
-    request whose last message carries it (`time.monotonic()`; `sent` is in time order)."""
+@dataclass(frozen=True, slots=True)
+class TokenTimes:
+    """When the fake model sent an answer's first and last text delta (`time.monotonic()`)."""
+
+    first: float
+    last: float
+
+
+def token_times(api: FakeAnthropicAPI, marks: Iterable[str]) -> dict[str, TokenTimes]:
+    """For each marker, when the fake model sent the first and the last text delta of the
+    streamed turn requests whose last message carries it (`sent` is in time order)."""
     wanted = set(marks)
     request_of: dict[int, str] = {}
     for number, body in enumerate(list(api.requests)):
@@ -62,12 +71,13 @@ def first_tokens(api: FakeAnthropicAPI, marks: Iterable[str]) -> dict[str, float
         found = MARKER.search(json.dumps(body["messages"][-1]))
         if found is not None and found.group() in wanted:
             request_of[number] = found.group()
-    first: dict[str, float] = {}
+    times: dict[str, TokenTimes] = {}
     for event in list(api.sent):
         mark = request_of.get(event.request)
-        if mark is not None and event.text and mark not in first:
-            first[mark] = event.at
-    return first
+        if mark is not None and event.text:
+            first = times[mark].first if mark in times else event.at
+            times[mark] = TokenTimes(first, event.at)
+    return times
 
 
 def mean(values: Sequence[float]) -> float | None:

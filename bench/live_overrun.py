@@ -9,7 +9,7 @@ import httpx
 from benchkit import progress
 from live_teams import GOAL_STREAM_S, TeamsAnswer, replies_to, send_one, wait_for_answers
 
-from tests.fakes.anthropic_api import FakeAnthropicAPI
+from tests.fakes.anthropic_api import ANSWER_END, FakeAnthropicAPI
 from tests.fakes.bot_framework import FakeBotFramework
 
 OVERRUN_WORDS = 1500
@@ -52,9 +52,7 @@ def overrun_figures(teams: FakeBotFramework, answer: TeamsAnswer) -> dict[str, o
     return {
         "accepted": answer.accepted,
         "replies": len(replies),
-        "complete": any(
-            len(str(post.body.get("text") or "").split()) >= OVERRUN_WORDS for post in replies
-        ),
+        "complete": any(ANSWER_END in str(post.body.get("text") or "") for post in replies),
         "reply_kind": [
             (post.stream_info or {}).get("streamType", "plain message") for post in replies
         ],

@@ -21,9 +21,18 @@ from typing import Any
 
 import httpx
 from benchkit import progress
-from live_figures import count_goal, first_tokens, latency_goal, marker, mean, message_text
+from live_figures import (
+    TokenTimes,
+    count_goal,
+    latency_goal,
+    marker,
+    mean,
+    message_text,
+    percentiles_ms,
+    token_times,
+)
 
-from tests.fakes.anthropic_api import FakeAnthropicAPI
+from tests.fakes.anthropic_api import ANSWER_END, FakeAnthropicAPI
 from tests.fakes.slack_api import (
     TEAM,
     FakeSlackAPI,
@@ -103,9 +112,9 @@ def thread_messages(api: FakeSlackAPI, answer: SlackAnswer) -> list[SlackMessage
 
 
 def is_finished(api: FakeSlackAPI, answer: SlackAnswer) -> bool:
-    """The thread has a message that is no longer streaming and holds the answer."""
+    """The thread has a message that is no longer streaming and holds the whole answer."""
     return any(
-        not message.streaming and answer.mark in message.text
+        not message.streaming and answer.mark in message.text and ANSWER_END in message.text
         for message in thread_messages(api, answer)
     )
 
@@ -195,48 +204,98 @@ def answer_calls(calls: list[SlackCall], answer: SlackAnswer) -> AnswerCalls:
         for call in mine
         if call.method in FINISHING and call.params.get("ok") and call.params.get("ts") == ts
     ]
-    return AnswerCalls(mine, status_at, created, finishing[-1] if finishing else None)
+    return AnswerCalls(mine, status_at, created, _final(finishing))
+
+
+def _final(finishing: list[SlackCall]) -> SlackCall | None:
+    """The call that finished the answer: the first that wrote its end, else the stream's
+    stop (the streamed text had the end already)."""
+    for call in finishing:
+        if ANSWER_END in str(call.params.get("text") or call.params.get("markdown_text") or ""):
+            return call
+    return next((call for call in finishing if call.method == "chat.stopStream"), None)
+
+
+def answer_record(
+    api: FakeSlackAPI, answer: SlackAnswer, found: AnswerCalls, tokens: TokenTimes | None
+) -> dict[str, Any]:
+    """One answer's timeline (`time.monotonic()` seconds) and counts, for the figures and for
+    `--details`."""
+    created_at = found.created.at if found.created is not None else None
+    finished_at = found.finished.at if found.finished is not None else None
+    updates = [
+        call
+        for call in found.all
+        if call.method in ("chat.appendStream", "chat.update")
+        and call.params.get("ok")
+        and (finished_at is None or call.at < finished_at)
+    ]
+    return {
+        "user": answer.user,
+        "wave": answer.wave,
+        "accepted_at": answer.accepted_at,
+        "status_at": found.status_at,
+        "first_token_at": tokens.first if tokens else None,
+        "created_at": created_at,
+        "last_token_at": tokens.last if tokens else None,
+        "finished_at": finished_at,
+        "created_with": found.created.method if found.created is not None else None,
+        "text_updates": len(updates),
+        "calls": len(found.all),
+        "failed_calls": sum(not call.params.get("ok") for call in found.all),
+        "messages": len(thread_messages(api, answer)),
+        "finished": is_finished(api, answer),
+    }
+
+
+def slack_records(
+    api: FakeSlackAPI, model: FakeAnthropicAPI, answers: list[SlackAnswer]
+) -> tuple[list[dict[str, Any]], Counter[str], list[float]]:
+    """Every answer's record, the calls by method, and the call rates while streaming."""
+    calls = list(api.calls)
+    tokens = token_times(model, [answer.mark for answer in answers])
+    records, rates = [], []
+    methods: Counter[str] = Counter()
+    for answer in answers:
+        found = answer_calls(calls, answer)
+        records.append(answer_record(api, answer, found, tokens.get(answer.mark)))
+        methods.update(call.method for call in found.all)
+        rate = found.streaming_rate()
+        if rate is not None:
+            rates.append(rate)
+    return records, methods, rates
+
+
+def _gaps(records: list[dict[str, Any]], start: str, end: str) -> list[float]:
+    return [
+        record[end] - record[start]
+        for record in records
+        if record[start] is not None and record[end] is not None
+    ]
 
 
 def slack_figures(
     api: FakeSlackAPI, model: FakeAnthropicAPI, answers: list[SlackAnswer]
-) -> dict[str, Any]:
-    """The Slack figures against their goals."""
-    calls = list(api.calls)
-    tokens = first_tokens(model, [answer.mark for answer in answers])
-    first_text, status, rates, per_answer = [], [], [], []
-    methods: Counter[str] = Counter()
-    modes: Counter[str] = Counter()
-    completed = lost = duplicates = 0
-    for answer in answers:
-        found = answer_calls(calls, answer)
-        messages = thread_messages(api, answer)
-        duplicates += max(len(messages) - 1, 0)
-        if is_finished(api, answer):
-            completed += 1
-        elif answer.accepted_at is not None:
-            lost += 1
-        if found.created is not None:
-            modes[found.created.method] += 1
-            if answer.mark in tokens:
-                first_text.append(found.created.at - tokens[answer.mark])
-        if found.status_at is not None and answer.accepted_at is not None:
-            status.append(found.status_at - answer.accepted_at)
-        rate = found.streaming_rate()
-        if rate is not None:
-            rates.append(rate)
-        per_answer.append(len(found.all))
-        methods.update(call.method for call in found.all)
-    limited = sum(api.rate_limited.values())
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The Slack figures against their goals, and every answer's record."""
+    records, methods, rates = slack_records(api, model, answers)
     mean_rate = mean(rates)
+    per_answer = [record["calls"] for record in records]
+    updates = [record["text_updates"] for record in records]
     return {
         "answers": len(answers),
         "acknowledged": sum(answer.accepted_at is not None for answer in answers),
-        "completed": completed,
-        "lost": lost,
-        "duplicates": duplicates,
-        "first_visible_text_after_first_token_ms": latency_goal(first_text, GOAL_FIRST_TEXT_MS),
-        "status_after_ack_ms": latency_goal(status, GOAL_STATUS_MS),
+        "completed": sum(record["finished"] for record in records),
+        "lost": sum(
+            not record["finished"] and record["accepted_at"] is not None for record in records
+        ),
+        "duplicates": sum(max(record["messages"] - 1, 0) for record in records),
+        "first_visible_text_after_first_token_ms": latency_goal(
+            _gaps(records, "first_token_at", "created_at"), GOAL_FIRST_TEXT_MS
+        ),
+        "status_after_ack_ms": latency_goal(
+            _gaps(records, "accepted_at", "status_at"), GOAL_STATUS_MS
+        ),
         "api_calls_per_100ms_streaming": {
             "mean": mean_rate,
             "max": round(max(rates), 3) if rates else None,
@@ -244,7 +303,17 @@ def slack_figures(
             "goal": f"mean <= {GOAL_CALLS_PER_100MS:g}",
             "met": mean_rate is not None and mean_rate <= GOAL_CALLS_PER_100MS,
         },
-        "rate_limited_429": {**count_goal(limited), "by_method": dict(api.rate_limited)},
+        "rate_limited_429": {
+            **count_goal(sum(api.rate_limited.values())),
+            "by_method": dict(api.rate_limited),
+        },
+        "final_text_after_last_token_ms": percentiles_ms(
+            _gaps(records, "last_token_at", "finished_at")
+        ),
+        "text_updates_between_first_text_and_final": {
+            "mean": mean(updates),
+            "answers_with_none": sum(count == 0 for count in updates),
+        },
         "api_calls_per_answer": {
             "mean": mean(per_answer),
             "max": max(per_answer, default=0),
@@ -253,6 +322,5 @@ def slack_figures(
                 for method, count in methods.most_common()
             },
         },
-        "created_with": dict(modes),
-        "model_first_tokens_found": len(tokens),
-    }
+        "created_with": dict(Counter(record["created_with"] for record in records)),
+    }, records

@@ -22,9 +22,10 @@ from typing import Any
 
 import httpx
 from benchkit import BenchError, progress
-from live_figures import count_goal, marker, message_text
+from live_figures import count_goal, marker, message_text, percentiles_ms, token_times
 
 from tests.channels.teams_activities import TENANT
+from tests.fakes.anthropic_api import ANSWER_END, FakeAnthropicAPI
 from tests.fakes.bot_framework import APP_ID, APP_PASSWORD, FakeBotFramework, PostedActivity
 
 GOAL_MIN_GAP_S = 1.0
@@ -208,7 +209,22 @@ def stream_ages(fake: FakeBotFramework) -> tuple[list[float], list[float]]:
     return list(last_update.values()), list(final.values())
 
 
-def teams_figures(fake: FakeBotFramework, answers: list[TeamsAnswer]) -> dict[str, Any]:
+def final_lags(
+    fake: FakeBotFramework, model: FakeAnthropicAPI, answers: list[TeamsAnswer]
+) -> list[float]:
+    """Seconds from the model's last word of each answer to its reply's arrival."""
+    tokens = token_times(model, [answer.mark for answer in answers])
+    lags = []
+    for answer in answers:
+        replies = replies_to(fake, answer)
+        if replies and answer.mark in tokens:
+            lags.append(replies[0].received_at - tokens[answer.mark].last)
+    return lags
+
+
+def teams_figures(
+    fake: FakeBotFramework, model: FakeAnthropicAPI, answers: list[TeamsAnswer]
+) -> dict[str, Any]:
     """The Teams figures against their goals."""
     gaps: dict[str, float] = {}
     last: dict[str, float] = {}
@@ -226,7 +242,10 @@ def teams_figures(fake: FakeBotFramework, answers: list[TeamsAnswer]) -> dict[st
     return {
         "answers": len(answers),
         "accepted": sum(answer.accepted for answer in answers),
-        "completed": sum(count >= 1 for count in replies),
+        "completed": sum(
+            any(ANSWER_END in str(post.body.get("text") or "") for post in replies_to(fake, answer))
+            for answer in answers
+        ),
         "lost": sum(
             count == 0 for answer, count in zip(answers, replies, strict=True) if answer.accepted
         ),
@@ -244,6 +263,7 @@ def teams_figures(fake: FakeBotFramework, answers: list[TeamsAnswer]) -> dict[st
             "latest_update_s": round(max(updates), 1) if updates else None,
             "latest_final_s": round(max(finals), 1) if finals else None,
         },
+        "final_after_last_token_ms": percentiles_ms(final_lags(fake, model, answers)),
         "requests_per_answer": round(sum(per_chat.values()) / max(len(answers), 1), 2),
         "protocol_errors": list(fake.stream_errors),
     }

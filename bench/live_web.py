@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 from benchkit import progress
-from live_figures import first_tokens, latency_goal, marker, message_text
+from live_figures import latency_goal, marker, message_text, percentiles_ms, token_times
 
 from tests.fakes.anthropic_api import FakeAnthropicAPI
 
@@ -193,37 +193,67 @@ async def feed_replies(client: httpx.AsyncClient, user: str) -> Counter[str]:
             return replies
 
 
+def web_records(
+    model: FakeAnthropicAPI, answers: list[WebAnswer], feeds: dict[str, Counter[str]]
+) -> list[dict[str, Any]]:
+    """Every answer's timeline (`time.monotonic()` seconds) and counts, for the figures and
+    for `--details`."""
+    tokens = token_times(model, [answer.mark for answer in answers])
+    records = []
+    for answer in answers:
+        times = tokens.get(answer.mark)
+        records.append(
+            {
+                "user": answer.user,
+                "wave": answer.wave,
+                "accepted_at": answer.accepted_at,
+                "status_at": answer.status_at,
+                "first_token_at": times.first if times else None,
+                "text_at": answer.text_at,
+                "last_token_at": times.last if times else None,
+                "message_at": answer.message_at,
+                "events": dict(answer.events),
+                "replies": feeds[web_user(answer.user)][answer.message_id],
+            }
+        )
+    return records
+
+
+def _gaps(records: list[dict[str, Any]], start: str, end: str) -> list[float]:
+    return [
+        record[end] - record[start]
+        for record in records
+        if record[start] is not None and record[end] is not None
+    ]
+
+
 def web_figures(
     model: FakeAnthropicAPI, answers: list[WebAnswer], feeds: dict[str, Counter[str]]
-) -> dict[str, Any]:
-    """The web figures against their goals."""
-    tokens = first_tokens(model, [answer.mark for answer in answers])
-    first_text = [
-        answer.text_at - tokens[answer.mark]
-        for answer in answers
-        if answer.text_at is not None and answer.mark in tokens
-    ]
-    status = [
-        answer.status_at - answer.accepted_at
-        for answer in answers
-        if answer.status_at is not None and answer.accepted_at is not None
-    ]
-    counts = [feeds[web_user(answer.user)][answer.message_id] for answer in answers]
-    accepted = [answer.accepted_at is not None for answer in answers]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The web figures against their goals, and every answer's record."""
+    records = web_records(model, answers, feeds)
     events: Counter[str] = Counter()
     for answer in answers:
         events.update(answer.events)
     return {
         "answers": len(answers),
-        "accepted": sum(accepted),
-        "completed": sum(count >= 1 for count in counts),
-        "lost": sum(count == 0 for count, ok in zip(counts, accepted, strict=True) if ok),
-        "duplicates": sum(max(count - 1, 0) for count in counts),
-        "over_the_stream": sum(answer.message_at is not None for answer in answers),
-        "first_visible_text_after_first_token_ms": latency_goal(first_text, GOAL_FIRST_TEXT_MS),
-        "status_after_202_ms": latency_goal(status, GOAL_STATUS_MS),
+        "accepted": sum(record["accepted_at"] is not None for record in records),
+        "completed": sum(record["replies"] >= 1 for record in records),
+        "lost": sum(
+            record["replies"] == 0 and record["accepted_at"] is not None for record in records
+        ),
+        "duplicates": sum(max(record["replies"] - 1, 0) for record in records),
+        "over_the_stream": sum(record["message_at"] is not None for record in records),
+        "first_visible_text_after_first_token_ms": latency_goal(
+            _gaps(records, "first_token_at", "text_at"), GOAL_FIRST_TEXT_MS
+        ),
+        "status_after_202_ms": latency_goal(
+            _gaps(records, "accepted_at", "status_at"), GOAL_STATUS_MS
+        ),
+        "final_message_after_last_token_ms": percentiles_ms(
+            _gaps(records, "last_token_at", "message_at")
+        ),
         "events_per_answer": {
             kind: round(count / max(len(answers), 1), 2) for kind, count in events.most_common()
         },
-        "model_first_tokens_found": len(tokens),
-    }
+    }, records

@@ -6,7 +6,8 @@ answers in the requested format); and can be scripted to answer the next request
 errors (429/529/500, with `retry-after`), tool calls, or after a delay. `latency` delays every
 answer that no script entry shapes (a model's thinking time, for load tests), and
 `answer_words` makes every unscripted turn's answer that many words long (the default answer,
-then filler prose: long answers for streaming benchmarks; bookkeeping answers are unchanged).
+filler prose and `ANSWER_END`: long answers for streaming benchmarks, whose end a reader can
+recognise; bookkeeping answers are unchanged).
 
 A request with `"stream": true` gets the same answer as the Messages API's server-sent events
 (`message_start`, `ping`, `content_block_start`/`_delta`/`_stop` for text, one word a delta,
@@ -125,14 +126,16 @@ def is_bookkeeping(body: dict[str, Any]) -> bool:
     return str(system).startswith(BOOKKEEPING_PREFIXES)
 
 
+ANSWER_END = "End of answer."
+
+
 def padded(text: str, words: int) -> str:
-    """`text` followed by filler words until it has `words` words (never cut short)."""
-    missing = words - len(text.split())
-    if missing <= 0:
-        return text
+    """`text`, filler words and `ANSWER_END` (so that a reader can tell the whole answer from
+    a part of it), `words` words in all (more when `text` alone is longer)."""
+    missing = max(words - len(text.split()) - len(ANSWER_END.split()), 0)
     words_of_filler = FILLER.split()
     filler = [words_of_filler[index % len(words_of_filler)] for index in range(missing)]
-    return f"{text} {' '.join(filler)}"
+    return " ".join([text, *filler, ANSWER_END])
 
 
 def stream_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
