@@ -222,19 +222,25 @@ async def measure_channels(
 ) -> dict[str, Any]:
     """Each chosen channel's waves, one channel after the other, and its figures."""
     slack, teams, model = fakes
-    waves = {"streams": settings.streams, "waves": settings.waves, "wait_s": settings.timeout}
+    streams, waves, wait_s = settings.streams, settings.waves, settings.timeout
     result: dict[str, Any] = {}
     details: dict[str, list[dict[str, Any]]] = {}
     for channel in settings.channels:
         began = time.monotonic()
         if channel == "slack":
-            slack_answers = await run_slack_waves(gateway.base_url, slack, **waves)
+            slack_answers = await run_slack_waves(
+                gateway.base_url, slack, streams=streams, waves=waves, wait_s=wait_s
+            )
             result["slack"], details["slack"] = slack_figures(slack, model, slack_answers)
         elif channel == "teams":
-            teams_answers = await run_teams_waves(gateway.base_url, teams, **waves)
+            teams_answers = await run_teams_waves(
+                gateway.base_url, teams, streams=streams, waves=waves, wait_s=wait_s
+            )
             result["teams"] = teams_figures(teams, model, teams_answers)
         else:
-            web_answers, feeds = await run_web_waves(gateway.base_url, **waves)
+            web_answers, feeds = await run_web_waves(
+                gateway.base_url, streams=streams, waves=waves, wait_s=wait_s
+            )
             result["web"], details["web"] = web_figures(model, web_answers, feeds)
         result[channel]["seconds"] = round(time.monotonic() - began, 1)
     if settings.teams_overrun:

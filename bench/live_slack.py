@@ -174,7 +174,7 @@ class AnswerCalls:
         if end <= start:
             return None
         during = [call for call in self.all if start <= call.at <= end]
-        return len(during) / ((end - start) / 0.1)
+        return float(len(during) / ((end - start) / 0.1))
 
 
 def answer_calls(calls: list[SlackCall], answer: SlackAnswer) -> AnswerCalls:
