@@ -67,6 +67,16 @@ class QueuedEvent:
         return cls(row.id, ChannelMessage.from_record(row.message), row.live_reply or None)
 
 
+@dataclass(slots=True)
+class TurnLive:
+    """A turn's live reply: where it goes, the channel showing it, its progress."""
+
+    target: ReplyTarget
+    adapter: ChannelAdapter | None
+    progress: TurnProgress
+    ended: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class TurnSettings:
     """The config values a turn depends on."""
@@ -144,10 +154,16 @@ class TurnProcessor:
         message = event.message
         bind_turn_context(user_id=user.user_id, channel=message.channel_type.value)
         started = time.perf_counter()
+        command = parse_command(message)
+        # Opened before waiting for a work slot: the status shows while the turn queues.
+        live = None if command is not None else self._open_live(event, user)
         try:
             async with self.work_slots.working():
                 try:
-                    await self._answer(event, user)
+                    if command is not None:
+                        await self._run_command(event, user, command)
+                    elif live is not None:
+                        await self._answer(event, user, live)
                 except Exception as exc:  # noqa: BLE001
                     # The boundary of one unit of work: whatever a turn fails with (a bug
                     # included) is logged with its traceback and counted; after MAX_ATTEMPTS the
@@ -156,8 +172,16 @@ class TurnProcessor:
                     return await self._record_failure(event, user, exc)
                 return True
         finally:
+            if live is not None:  # a turn that never reached its model (cancelled, failed)
+                await self._end_progress(event, live, committed=False)
             clear_turn_context()
             self.metrics.turn_latency.observe(time.perf_counter() - started)
+
+    def _open_live(self, event: QueuedEvent, user: ResolvedUser) -> TurnLive:
+        """The turn's live reply, showing that the assistant is working."""
+        target = _reply_target(event.message, user)
+        adapter = self.adapters.get(event.message.channel_type)
+        return TurnLive(target, adapter, self._progress(event, adapter, target))
 
     async def reject_unknown_sender(self, event: QueuedEvent) -> None:
         """Refuse an event from a sender with no user: one polite message per hour at most."""
@@ -189,16 +213,9 @@ class TurnProcessor:
         )
         self._send(reply)
 
-    async def _answer(self, event: QueuedEvent, user: ResolvedUser) -> None:
+    async def _answer(self, event: QueuedEvent, user: ResolvedUser, live: TurnLive) -> None:
         message = event.message
-        command = parse_command(message)
-        if command is not None:
-            await self._run_command(event, user, command)
-            return
         channel = message.channel_type.value
-        target = _reply_target(message, user)
-        adapter = self.adapters.get(message.channel_type)
-        progress = self._progress(event, adapter, target)
         committed = False
         try:
             result = await self.service.answer(
@@ -216,11 +233,11 @@ class TurnProcessor:
                     ),
                     metadata=_message_metadata(message),
                 ),
-                progress,
+                live.progress,
             )
             committed = True
         finally:
-            await self._end_progress(event, progress, committed=committed)
+            await self._end_progress(event, live, committed=committed)
         provider = self.service.engine.llm.name
         self.metrics.llm_latency.labels(provider).observe(result.model_seconds)
         if result.outbound is None:
@@ -231,8 +248,8 @@ class TurnProcessor:
             self.metrics.compactions.inc()
         self._send(result.outbound)
         topic = await self.service.after_reply(result)
-        if topic and isinstance(adapter, TitledChannel):
-            await adapter.set_title(target, topic)
+        if topic and isinstance(live.adapter, TitledChannel):
+            await live.adapter.set_title(live.target, topic)
 
     def _progress(
         self, event: QueuedEvent, adapter: ChannelAdapter | None, target: ReplyTarget
@@ -268,11 +285,14 @@ class TurnProcessor:
         async with self.database.session() as db:
             await InboxRepository(db).record_live_reply(event_id, dict(handle))
 
-    async def _end_progress(
-        self, event: QueuedEvent, progress: TurnProgress, *, committed: bool
-    ) -> None:
-        """After the turn: a committed reply carries its live message; a failed turn keeps it
-        for the next attempt (or the apology) and lets the channel clear its indicators."""
+    async def _end_progress(self, event: QueuedEvent, live: TurnLive, *, committed: bool) -> None:
+        """After the turn (once): a committed reply carries its live message; a failed turn
+        keeps it for the next attempt (or the apology) and lets the channel clear its
+        indicators."""
+        if live.ended:
+            return
+        live.ended = True
+        progress = live.progress
         if committed:
             self._live_handles.pop(event.event_id, None)
         else:

@@ -159,6 +159,13 @@ class SlackLiveReply:
         place = self.place
         if self._may_stream() and await self._start_stream(shown):
             return
+        if not self.shared.pacer.take(place.team, "chat.update"):
+            # A message edited live is finished with one more `chat.update`; when the
+            # workspace's budget has none left for it, the answer is posted whole once it is
+            # ready (`chat.postMessage` has no per-minute tier) and the status shows meanwhile.
+            self._frozen = True
+            log.info("slack.live_text_deferred", channel=place.channel)
+            return
         answer = await slack_call(
             self.client.chat_postMessage(
                 channel=place.channel,

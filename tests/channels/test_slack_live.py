@@ -379,3 +379,27 @@ async def test_fifty_answers_at_once_stay_within_slacks_limits_and_all_finish(
         (message,) = slack_api.thread(place.channel_id, place.thread_id)
         assert message.text.endswith("Done.")
         assert not message.streaming
+
+
+async def test_fifty_top_level_dm_answers_keep_an_edit_for_every_final_or_are_posted_whole(
+    slack_api: FakeSlackAPI, clock: Clock
+) -> None:
+    slack_api.limit_tiers()
+    channel = new_channel(slack_api, clock)
+    places = [target(f"D{n:04d}", None, Conversation.DIRECT, f"U{n:04d}") for n in range(50)]
+    lives = [channel.live_reply(place) for place in places]
+    texts = [""] * 50
+    for second in range(20):
+        for n in range(50):
+            texts[n] += f"sentence {second} of answer {n}. " * 3
+        await asyncio.gather(*(live.text(texts[n]) for n, live in enumerate(lives) if live))
+        clock.now += channel.live_interval
+    edited = sum(1 for live in lives if live is not None and live.handle is not None)
+    assert 0 < edited < 50  # the budget had edits for some finals only
+    for n, live in enumerate(lives):
+        assert live is not None
+        await channel.send(reply(places[n], texts[n] + "Done.", live.handle, f"out-{n}"))
+    assert sum(slack_api.rate_limited.values()) == 0  # finals included
+    for place in places:
+        (message,) = slack_api.thread(place.channel_id, None)
+        assert message.text.endswith("Done.")
