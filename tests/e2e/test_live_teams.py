@@ -35,6 +35,14 @@ QUESTION = (
 
 
 @pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """SQLite only: what these tests watch is the conversation with Teams; the stored live
+    handle and the turn's writes are proven on PostgreSQL too (tests/reliability/
+    test_live_faults.py, tests/e2e/test_live_web.py)."""
+    return f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+
+
+@pytest.fixture
 async def fake() -> AsyncIterator[FakeBotFramework]:
     async with FakeBotFramework() as server:
         yield server
