@@ -141,7 +141,7 @@ class TurnProcessor:
         self._live_handles: dict[int, Mapping[str, Any]] = {}
 
     def reconfigure(self, settings: TurnSettings) -> None:
-        """Apply reloaded routing, budget and public URL to the next turn."""
+        """Apply reloaded routing, budget, public URL and status texts to the next turn."""
         self.settings = settings
         self.service.routing = settings.routing
 
