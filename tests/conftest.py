@@ -19,6 +19,7 @@ from sqlalchemy import make_url
 
 from storage.database import Database
 from storage.models import Base
+from tests.fakes.slack_api import FakeSlackAPI
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "GATEWAY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -161,3 +162,10 @@ def bucket(s3_client: Any) -> str:
     name = f"transcripts-{uuid.uuid4().hex}"
     s3_client.create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def slack_api() -> Iterator[FakeSlackAPI]:
+    """The fake Slack Web API on loopback (`url` is the client's base URL)."""
+    with FakeSlackAPI() as api:
+        yield api

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -17,8 +17,6 @@ from starlette.applications import Starlette
 from structlog.testing import capture_logs
 
 from channels.base import (
-    AcceptResult,
-    ChannelMessage,
     ChannelType,
     FileToSend,
     OutboundMessage,
@@ -26,6 +24,7 @@ from channels.base import (
 from channels.slack.adapter import SlackChannel, SlackSettings
 from channels.slack.parse import SHORTCUT_CALLBACK_ID
 from errors import ChannelAuthError, DeliveryError, StorageError
+from tests.channels.slack_doubles import NoThreads, RecordingInbox
 from tests.e2e.harness import free_port
 from tests.fakes.slack_api import (
     SIGNING_SECRET,
@@ -37,29 +36,6 @@ from tests.fakes.slack_api import (
 )
 
 MANIFEST = Path(__file__).resolve().parents[2] / "config" / "slack-app-manifest.yaml"
-
-
-class RecordingInbox:
-    def __init__(self, error: Exception | None = None) -> None:
-        self.messages: list[ChannelMessage] = []
-        self.error = error
-
-    async def accept(self, message: ChannelMessage) -> AcceptResult:
-        if self.error is not None:
-            raise self.error
-        self.messages.append(message)
-        return AcceptResult(accepted=True, message_id=message.message_id)
-
-
-class NoThreads:
-    async def has_thread(self, channel_id: str, thread_id: str) -> bool:
-        return False
-
-
-@pytest.fixture
-def slack_api() -> Iterator[FakeSlackAPI]:
-    with FakeSlackAPI() as api:
-        yield api
 
 
 def settings(api: FakeSlackAPI, **fields: object) -> SlackSettings:

@@ -6,19 +6,19 @@ still does, in its thread."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 import yaml
 from starlette.applications import Starlette
 
-from channels.base import AcceptResult, ChannelMessage
 from channels.live import ReplyTarget
 from channels.slack.adapter import SlackChannel, SlackSettings
 from channels.slack.assistant import AssistantSettings, SuggestedPrompt
 from channels.slack.config import SlackChannelConfig
 from channels.slack.plugin import settings_of
+from tests.channels.slack_doubles import NoThreads, RecordingInbox
 from tests.channels.test_slack import MANIFEST
 from tests.fakes.slack_api import (
     SIGNING_SECRET,
@@ -35,26 +35,6 @@ PROMPTS = (
     SuggestedPrompt("Summarise", "Summarise this thread"),
     SuggestedPrompt("Draft", "Draft a reply"),
 )
-
-
-class RecordingInbox:
-    def __init__(self) -> None:
-        self.messages: list[ChannelMessage] = []
-
-    async def accept(self, message: ChannelMessage) -> AcceptResult:
-        self.messages.append(message)
-        return AcceptResult(accepted=True, message_id=message.message_id)
-
-
-class NoThreads:
-    async def has_thread(self, channel_id: str, thread_id: str) -> bool:
-        return False
-
-
-@pytest.fixture
-def slack_api() -> Iterator[FakeSlackAPI]:
-    with FakeSlackAPI() as api:
-        yield api
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ same message with the committed reply: after a retry, a rate limit or a restart 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from channels.live import LIVE_KEY, LiveChannel, ReplyTarget, TitledChannel
 from channels.slack.adapter import SlackChannel, SlackSettings
 from channels.slack.live import APPEND_CHARS
 from errors import DeliveryError
+from tests.channels.slack_doubles import NoThreads
 from tests.fakes.slack_api import SIGNING_SECRET, TEAM, FakeSlackAPI, SlackFailure
 
 THREAD = "1700000100.000100"
@@ -33,17 +33,6 @@ class Clock:
 class NoInbox:
     async def accept(self, message: Any) -> Any:
         raise AssertionError(f"nothing reaches the inbox here: {message}")
-
-
-class NoThreads:
-    async def has_thread(self, channel_id: str, thread_id: str) -> bool:
-        return False
-
-
-@pytest.fixture
-def slack_api() -> Iterator[FakeSlackAPI]:
-    with FakeSlackAPI() as api:
-        yield api
 
 
 @pytest.fixture

@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import select
 
 from storage.models import ExportLink, InboundEvent, Session, SessionChannel, SessionMessage
@@ -27,12 +25,6 @@ from tests.fakes.slack_api import (
     send_shortcut,
     sign,
 )
-
-
-@pytest.fixture
-def slack_api() -> Iterator[FakeSlackAPI]:
-    with FakeSlackAPI() as api:
-        yield api
 
 
 def slack_config(database_url: str, tmp_path: Path, api: FakeSlackAPI, **slack: Any) -> Any:

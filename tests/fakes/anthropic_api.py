@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
 from sessions.llm import offline_facts, offline_summary, offline_topic, word_tokens
 from tests.e2e.harness import free_port
 from tests.fakes.threaded import ThreadedServer
@@ -374,6 +375,18 @@ class FakeAnthropicAPI:
     def __exit__(self, *_exc: object) -> None:
         if self._server is not None:
             self._server.stop()
+
+
+def claude(api: FakeAnthropicAPI, **settings: Any) -> AnthropicLLM:
+    """The real Anthropic client pointed at the fake (settings overridden by keyword)."""
+    values: dict[str, Any] = {
+        "provider": "anthropic",
+        "model": "claude-sonnet-5-5",
+        "api_key": "k",
+        "base_url": api.url,
+        **settings,
+    }
+    return AnthropicLLM(AnthropicSettings(**values))
 
 
 def main() -> None:

@@ -42,12 +42,6 @@ BOB_WORDS = "bob prefers blue anvils"
 
 
 @pytest.fixture
-def slack_api() -> Iterator[FakeSlackAPI]:
-    with FakeSlackAPI() as api:
-        yield api
-
-
-@pytest.fixture
 def transitions(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     """The lifecycle's `session.transitioned` lines logged during the test."""
     with capture_logs() as entries:

@@ -13,7 +13,6 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +42,15 @@ from tests.reliability.faults import CuttableProxy, block_database
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def slack_api() -> Iterator[FakeSlackAPI]:
-    with FakeSlackAPI() as api:
-        yield api
-
-
 def slack_process_config(
-    tmp_path: Path, name: str, port: int, database_url: str, api: FakeSlackAPI, latency: str
+    tmp_path: Path,
+    name: str,
+    port: int,
+    database_url: str,
+    api: FakeSlackAPI,
+    latency: str,
+    *,
+    token_interval: str = "null",
 ) -> Path:
     users = ", ".join(f'{{id: u{n}, org: acme, slack: ["{TEAM}:U{n:04d}"]}}' for n in range(10))
     path = tmp_path / f"{name}.yaml"
@@ -60,7 +60,7 @@ server: {{host: 127.0.0.1, port: {port}}}
 storage:
   database_url: "{database_url}"
   transcripts: {{backend: local, local_path: "{tmp_path / "transcripts"}"}}
-llm: {{offline_latency: {latency}}}
+llm: {{offline_latency: {latency}, offline_token_interval: {token_interval}}}
 organizations: [{{id: acme, name: Acme}}]
 identity:
   users: [{users}]

@@ -6,7 +6,7 @@ back to her."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -86,12 +86,6 @@ async def test_alices_commands_on_the_web_never_reach_bobs_sessions(
 
 
 # --- Slack --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def slack_api() -> Iterator[FakeSlackAPI]:
-    with FakeSlackAPI() as api:
-        yield api
 
 
 def slack_channel(api: FakeSlackAPI) -> dict[str, Any]:

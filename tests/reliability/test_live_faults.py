@@ -4,9 +4,6 @@ streamed message is the turn's one reply; it is always finished, never doubled."
 from __future__ import annotations
 
 import asyncio
-import json
-import time
-from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,48 +16,27 @@ from storage.models import InboundEvent, OutboundMessage
 from tests.e2e.harness import free_port, running_gateway
 from tests.e2e.test_processes import GatewayProcess
 from tests.fakes.slack_api import (
-    SIGNING_SECRET,
-    TEAM,
     FakeSlackAPI,
     SlackFailure,
     direct_message,
     event_envelope,
     send_event,
-    sign,
 )
-from tests.reliability.test_faults import slack_gateway_config
+from tests.reliability.test_faults import (
+    post_event,
+    slack_gateway_config,
+    slack_process_config,
+    wait_until,
+)
 
 CHANNEL = "D0001"
 THREAD = "1700000000.000100"  # the DM thread the user writes in
-
-
-@pytest.fixture
-def slack_api() -> Iterator[FakeSlackAPI]:
-    with FakeSlackAPI() as api:
-        yield api
 
 
 def thread_message(text: str, ts: str) -> dict[str, Any]:
     """A DM in a thread (where Slack streams answers), as an Events API envelope."""
     event = direct_message(text, user="U0001", ts=ts, channel=CHANNEL, thread_ts=THREAD)
     return event_envelope(event, f"Ev{ts.replace('.', '')}")
-
-
-async def post(client: httpx.AsyncClient, url: str, envelope: dict[str, Any]) -> int:
-    body = json.dumps(envelope).encode()
-    answer = await client.post(
-        f"{url}/slack/events",
-        content=body,
-        headers={"Content-Type": "application/json", **sign(body)},
-    )
-    return answer.status_code
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 def app_messages(api: FakeSlackAPI) -> list[Any]:
@@ -77,30 +53,15 @@ async def test_sigkill_mid_stream_then_restart_finishes_the_one_streamed_reply(
     tmp_path: Path, fresh_postgres_url: str, slack_api: FakeSlackAPI
 ) -> None:
     port = free_port()
-    config = tmp_path / "gw.yaml"
-    config.write_text(
-        f"""
-server: {{host: 127.0.0.1, port: {port}}}
-storage:
-  database_url: "{fresh_postgres_url}"
-  transcripts: {{backend: local, local_path: "{tmp_path / "transcripts"}"}}
-llm: {{offline_token_interval: 150ms}}
-organizations: [{{id: acme, name: Acme}}]
-identity:
-  users: [{{id: alice, org: acme, slack: ["{TEAM}:U0001"]}}]
-channels:
-  slack:
-    enabled: true
-    bot_token: xoxb-test
-    signing_secret: "{SIGNING_SECRET}"
-    api_base_url: "{slack_api.url}"
-"""
+    config = slack_process_config(
+        tmp_path, "gw", port, fresh_postgres_url, slack_api, "null", token_interval="150ms"
     )
     first = GatewayProcess(config, port, tmp_path).start()
     second: GatewayProcess | None = None
     try:
         async with httpx.AsyncClient(timeout=10) as client:
-            assert await post(client, first.url, thread_message("tell me a story", "1.1")) == 200
+            envelope = thread_message("tell me a story", "1.1")
+            assert await post_event(client, first.url, envelope) == 200
             # The answer is streaming: the message exists and text is being appended.
             await wait_until(lambda: bool(slack_api.calls_to("chat.startStream")))
             await asyncio.sleep(0.4)

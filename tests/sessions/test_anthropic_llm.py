@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from errors import LLMError
 from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings, to_api_messages
 from sessions.llm import LLMMessage, LLMRequest
-from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
-
-
-@pytest.fixture
-def api() -> Iterator[FakeAnthropicAPI]:
-    with FakeAnthropicAPI() as fake:
-        yield fake
+from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted, claude
 
 
 def request(text: str = "hello") -> LLMRequest:
@@ -23,11 +15,7 @@ def request(text: str = "hello") -> LLMRequest:
 
 
 async def test_a_reply_carries_text_blocks_and_usage(api: FakeAnthropicAPI) -> None:
-    llm = AnthropicLLM(
-        AnthropicSettings(
-            provider="anthropic", model="claude-sonnet-5-5", api_key="k", base_url=api.url
-        )
-    )
+    llm = claude(api)
     response = await llm.complete(request("ping"))
     await llm.close()
     assert response.text == "Claude here. You said: ping"
@@ -42,15 +30,7 @@ async def test_a_reply_carries_text_blocks_and_usage(api: FakeAnthropicAPI) -> N
 async def test_errors_after_the_retries_become_llm_errors_naming_the_status(
     api: FakeAnthropicAPI,
 ) -> None:
-    llm = AnthropicLLM(
-        AnthropicSettings(
-            provider="anthropic",
-            model="claude-sonnet-5-5",
-            api_key="k",
-            base_url=api.url,
-            max_retries=1,
-        )
-    )
+    llm = claude(api, max_retries=1)
     api.script.extend([Scripted(status=529, headers={"retry-after": "0"})] * 2)
     with pytest.raises(LLMError, match="529"):
         await llm.complete(request())

@@ -4,14 +4,14 @@ tool runs; over the real SDK against the fake Messages API."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
+from sessions.anthropic_llm import AnthropicLLM
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import COMPACTION_NOTICE, SessionEngine
 from sessions.engine_values import EngineSettings, RecallSettings, Tool
@@ -21,7 +21,7 @@ from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
-from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
+from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted, claude
 from tests.sessions.recorded_progress import RecordedProgress
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
@@ -33,18 +33,8 @@ LOOKUP = ToolSpec(
 
 
 @pytest.fixture
-def api() -> Iterator[FakeAnthropicAPI]:
-    with FakeAnthropicAPI() as fake:
-        yield fake
-
-
-@pytest.fixture
 async def llm(api: FakeAnthropicAPI) -> AsyncIterator[AnthropicLLM]:
-    client = AnthropicLLM(
-        AnthropicSettings(
-            provider="anthropic", model="claude-sonnet-5-5", api_key="k", base_url=api.url
-        )
-    )
+    client = claude(api)
     yield client
     await client.close()
 

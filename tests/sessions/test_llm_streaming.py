@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 from errors import LLMError
-from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
+from sessions.anthropic_llm import AnthropicLLM
 from sessions.llm import LLMMessage, LLMRequest, OfflineLLM, word_tokens
-from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
+from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted, claude
 from tests.sessions.recorded_progress import RecordedProgress
 
 ANSWER = "The quarterly report is due on Friday, and Bob owns the numbers."
@@ -25,22 +25,8 @@ TOOL_CALL = {
 
 
 @pytest.fixture
-def api() -> Iterator[FakeAnthropicAPI]:
-    with FakeAnthropicAPI() as fake:
-        yield fake
-
-
-@pytest.fixture
 async def llm(api: FakeAnthropicAPI) -> AsyncIterator[AnthropicLLM]:
-    client = AnthropicLLM(
-        AnthropicSettings(
-            provider="anthropic",
-            model="claude-sonnet-5-5",
-            api_key="k",
-            base_url=api.url,
-            max_retries=2,
-        )
-    )
+    client = claude(api, max_retries=2)
     yield client
     await client.close()
 
@@ -152,15 +138,7 @@ async def test_a_permanent_error_in_the_stream_is_not_retried(
 async def test_an_http_error_before_the_stream_is_an_llm_error_naming_the_status(
     api: FakeAnthropicAPI,
 ) -> None:
-    llm = AnthropicLLM(
-        AnthropicSettings(
-            provider="anthropic",
-            model="claude-sonnet-5-5",
-            api_key="k",
-            base_url=api.url,
-            max_retries=1,
-        )
-    )
+    llm = claude(api, max_retries=1)
     api.script.extend([Scripted(status=529, headers={"retry-after": "0"})] * 2)
     progress = RecordedProgress()
     with pytest.raises(LLMError, match=r"529.*overloaded_error"):
