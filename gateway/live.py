@@ -28,7 +28,7 @@ from typing import Any
 from channels.live import LiveReply, LiveStoppedError
 from errors import DeliveryError, GatewayError
 from gateway.log import get_logger
-from sessions.progress import StatusKind
+from sessions.progress import NoProgress, StatusKind
 
 log = get_logger(__name__)
 
@@ -45,21 +45,12 @@ DEFAULT_STATUS_TEXTS: Mapping[str, str] = {
 }
 
 
-class HandleOnly:
+class HandleOnly(NoProgress):
     """The progress of a turn that shows nothing live but must finish a live message an
     earlier attempt started (the channel's streaming was turned off since)."""
 
     def __init__(self, handle: Mapping[str, Any]) -> None:
         self.handle = handle
-
-    def status(self, kind: StatusKind, detail: str = "") -> None:
-        """Nothing shown."""
-
-    def text(self, delta: str) -> None:
-        """Nothing shown."""
-
-    def reset(self) -> None:
-        """Nothing shown."""
 
     async def settle(self) -> Mapping[str, Any] | None:
         """The earlier attempt's live message."""

@@ -272,7 +272,7 @@ class TurnProcessor:
             status_texts=self.settings.status_texts,
             remember=functools.partial(self._remember_live, event.event_id),
             resumed=resume,
-            observe=functools.partial(self._observe_live, target_channel(adapter)),
+            observe=functools.partial(self._observe_live, adapter.channel_type.value),
         )
         progress.status("thinking")
         return progress
@@ -405,11 +405,6 @@ class TurnProcessor:
         """Hand a committed reply to the outbox sender."""
         if reply is not None:
             self.send_reply(reply)
-
-
-def target_channel(adapter: ChannelAdapter) -> str:
-    """The channel's name in metrics."""
-    return adapter.channel_type.value
 
 
 def _reply_target(message: ChannelMessage, user: ResolvedUser) -> ReplyTarget:

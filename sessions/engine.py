@@ -52,7 +52,7 @@ from sessions.llm import (
     request_estimate,
 )
 from sessions.memory import SessionSummary
-from sessions.progress import NO_PROGRESS, TurnProgress
+from sessions.progress import NO_PROGRESS, NoProgress, TurnProgress
 from sessions.recall import RecallExclusions, RecallSearch
 from sessions.recall_tool import SEARCH_TOOL, SEARCH_TOOL_NAME, run_search_tool
 from sessions.summaries import summarise_archived_sessions
@@ -331,8 +331,9 @@ class SessionEngine:
     ) -> tuple[list[NewMessage], LLMResponse, int, int]:
         produced: list[NewMessage] = []
         input_tokens = output_tokens = 0
-        # Nobody watching: the plain call, not a stream.
-        streaming = None if progress is NO_PROGRESS else progress
+        # Nobody watching (no progress, or one that only finishes an earlier live message):
+        # the plain call, not a stream.
+        streaming = None if isinstance(progress, NoProgress) else progress
         for _ in range(MAX_TOOL_ROUNDS + 1):
             raw = request_estimate(request)
             progress.status("thinking")
