@@ -143,6 +143,11 @@ class Dispatcher:
         elif again:
             self._start_resolve(sender)
 
+    def is_draining(self, user_id: str) -> bool:
+        """Whether this process is answering the user's queue now (its turn lock held, or
+        about to be), including the work that follows a sent reply."""
+        return self._drains.is_running(user_id)
+
     def _drain_now(self, user: ResolvedUser) -> None:
         # A running drain may already have looked at the queue: it runs once more instead.
         if self._drains.begin(user.user_id):

@@ -55,6 +55,16 @@ class RunningGateway:
             "/web/v1/messages", json={"user": user, "text": text, **fields}
         )
 
+    async def wait_for_turns_to_end(self, user: str, *, timeout: float = 15.0) -> None:
+        """Wait until this process no longer answers the user's queue: a reply is visible
+        once committed, before the work that follows it (transcript, topic) releases the
+        user's turn lock."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.runtime.dispatcher.is_draining(user):
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{user}'s turns still running after {timeout} s")
+            await asyncio.sleep(0.01)
+
     async def replies(self, user: str, after: str = "") -> dict[str, Any]:
         response = await self.client.get("/web/v1/messages", params={"user": user, "after": after})
         response.raise_for_status()

@@ -251,6 +251,9 @@ async def test_retention_deletes_archived_sessions_past_the_limit_and_keeps_the_
     async with running_gateway(config) as gateway:
         await gateway.post("alice", ALICE_WORDS)
         await gateway.wait_for_replies("alice", 1, settle=0)
+        # Alice's turn lock is held until the work after her reply ends; the idle job skips
+        # a locked user, so it must be free before the job runs.
+        await gateway.wait_for_turns_to_end("alice")
         gateway.clock.advance(timedelta(days=2))
         await gateway.post("bob", BOB_WORDS)
         await gateway.wait_for_replies("bob", 1, settle=0)
