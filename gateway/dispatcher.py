@@ -14,7 +14,9 @@ and, within a process, at once through `notify()` when the inbox accepts a messa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from contextlib import suppress
+from typing import Any
 
 from channels.base import ChannelMessage
 from errors import GatewayError
@@ -30,6 +32,7 @@ log = get_logger(__name__)
 
 DRAIN_BATCH = 16
 RESOLVE_SLOTS = 8  # senders resolved (looked up or provisioned) at once
+ARRIVALS_KEPT_PER_SENDER = 4  # new messages whose status waits for their sender's resolution
 
 
 class Dispatcher:
@@ -58,8 +61,33 @@ class Dispatcher:
         self._drains = SingleFlight()
         self._resolves = SingleFlight()
         self._resolve_slots = asyncio.Semaphore(RESOLVE_SLOTS)
+        # New messages of senders not resolved yet, whose status shows once they are.
+        self._arrivals: dict[str, list[QueuedEvent]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
+
+    def arrived(self, event_id: int, sender_key: str, record: Mapping[str, Any]) -> None:
+        """A message this process just accepted: its sender sees at once that the assistant
+        is working, before the turn is scheduled, locked and read from the inbox (which, with
+        many messages at once, waits for database connections). Not while a turn of the same
+        user runs here: its live reply is the one showing status in that conversation. The
+        inbox calls this before `notify`, so no turn of the message has started yet."""
+        if self._stopping:
+            return
+        event = QueuedEvent(event_id, ChannelMessage.from_record(record))
+        user = self.identities.cached_sender(sender_key)
+        if user is None:
+            # Shown once the sender is resolved (`_resolve`); a few per sender at most.
+            waiting = self._arrivals.setdefault(sender_key, [])
+            if len(waiting) < ARRIVALS_KEPT_PER_SENDER:
+                waiting.append(event)
+            return
+        self._show_working(user, [event])
+
+    def _show_working(self, user: ResolvedUser, events: list[QueuedEvent]) -> None:
+        if not self._drains.is_running(user.user_id):
+            for event in events:
+                self.processor.show_working(event, user)
 
     def notify(self, sender_key: str | None = None) -> None:
         """Work was accepted in this process (from `sender_key`): schedule it now, without
@@ -116,6 +144,7 @@ class Dispatcher:
                 return
             known = self.identities.cached_sender(sender)
             if known is not None:
+                self._show_working(known, self._arrivals.pop(sender, []))
                 self._drain_now(known)
             else:
                 self._start_resolve(sender)
@@ -136,9 +165,11 @@ class Dispatcher:
             log.error("dispatcher.resolve_failed", sender=sender, error=str(exc))
         finally:
             again = self._resolves.end(sender)
+            arrivals = self._arrivals.pop(sender, [])
         if self._stopping:
             return
         if user is not None:
+            self._show_working(user, arrivals)
             self._drain_now(user)  # the drain reads the queue: no second resolve needed
         elif again:
             self._start_resolve(sender)

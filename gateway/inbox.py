@@ -53,11 +53,15 @@ class Inbox:
         *,
         clock: Callable[[], datetime],
         on_accept: Callable[[str], None],
+        on_arrival: Callable[[int, str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.database = database
         self.metrics = metrics
         self.clock = clock
         self.on_accept = on_accept
+        # Told (event id, sender key, message record) of each new message once committed,
+        # before `on_accept` schedules its turn, for what can be shown at once (the status).
+        self.on_arrival = on_arrival
         self._arrivals: GroupCommit[InboundEvent, int | None] = GroupCommit(
             self._store, max_batch=MAX_BATCH, split_on=refused_for_its_content
         )
@@ -111,6 +115,8 @@ class Inbox:
                     message_id=event.message_id,
                     event_id=event_id,
                 )
+                if self.on_arrival is not None:
+                    self.on_arrival(event_id, event.sender_key, event.message)
                 self.on_accept(event.sender_key)
         return event_ids
 

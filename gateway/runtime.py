@@ -282,6 +282,10 @@ class GatewayRuntime:
             on_accept=notifier.publish
             if notifier is not None
             else lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
+            # Only a process that runs the turns shows their status as messages arrive.
+            on_arrival=None
+            if notifier is not None
+            else lambda *arrival: dispatcher.arrived(*arrival),  # noqa: PLW0108 (bound later)
         )
         feed = OutboxFeed(database)
         history = WebHistory(database)

@@ -10,6 +10,7 @@ message never wedges a user's queue.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import time
@@ -50,6 +51,9 @@ FAILURE_APOLOGY_TEXT = (
 )
 REJECTION_INTERVAL = timedelta(hours=1)
 MAX_ATTEMPTS = 3
+# A live reply opened as its message arrived and not taken by a turn here within this time
+# (another process answered it, or the queue is that long) is closed; a turn opens its own.
+EARLY_LIVE_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,10 @@ class TurnProcessor:
         self.adapters: Mapping[ChannelType, ChannelAdapter] = {} if adapters is None else adapters
         # Live messages of events whose turn failed and waits for another attempt here.
         self._live_handles: dict[int, Mapping[str, Any]] = {}
+        # Live replies opened as their message arrived (`show_working`), not yet taken by
+        # their turn: with when they were opened.
+        self._early: dict[int, tuple[QueuedEvent, TurnLive, float]] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def reconfigure(self, settings: TurnSettings) -> None:
         """Apply reloaded routing, budget, public URL and status texts to the next turn."""
@@ -155,8 +163,12 @@ class TurnProcessor:
         bind_turn_context(user_id=user.user_id, channel=message.channel_type.value)
         started = time.perf_counter()
         command = parse_command(message)
-        # Opened before waiting for a work slot: the status shows while the turn queues.
-        live = None if command is not None else self._open_live(event, user)
+        # Opened before waiting for a work slot (or as the message arrived): the status shows
+        # while the turn queues.
+        live = None
+        if command is None:
+            early = self._early.pop(event.event_id, None)
+            live = early[1] if early is not None else self._open_live(event, user)
         try:
             async with self.work_slots.working():
                 try:
@@ -176,6 +188,23 @@ class TurnProcessor:
                 await self._end_progress(event, live, committed=False)
             clear_turn_context()
             self.metrics.turn_latency.observe(time.perf_counter() - started)
+
+    def show_working(self, event: QueuedEvent, user: ResolvedUser) -> None:
+        """Open the live reply of a message that has just arrived, so its status shows before
+        the turn is scheduled; the turn takes it over (`process`). One its turn never takes
+        (answered by another process) is closed after `EARLY_LIVE_SECONDS`."""
+        self._close_unclaimed(time.monotonic() - EARLY_LIVE_SECONDS)
+        if event.event_id in self._early or parse_command(event.message) is not None:
+            return
+        self._early[event.event_id] = (event, self._open_live(event, user), time.monotonic())
+
+    def _close_unclaimed(self, opened_before: float) -> None:
+        for event_id, (event, live, opened_at) in list(self._early.items()):
+            if opened_at < opened_before:
+                del self._early[event_id]
+                task = asyncio.create_task(self._end_progress(event, live, committed=False))
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
 
     def _open_live(self, event: QueuedEvent, user: ResolvedUser) -> TurnLive:
         """The turn's live reply, showing that the assistant is working."""

@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import signal
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from channels.base import ChannelMessage, ChannelType, Conversation
+from gateway import turns
 from gateway.runtime import GatewayRuntime
 from gateway.server import http_server
+from gateway.turns import QueuedEvent
 from storage.models import InboundEvent, OutboundMessage
 from tests.channels.web_channel_harness import Event, EventReader, open_stream
 from tests.e2e.harness import free_port, gateway_config, running_gateway
@@ -95,6 +99,76 @@ async def test_an_event_stream_shows_the_status_and_growing_answer_then_the_feed
     mine, answer = history.json()["messages"]
     assert (mine["role"], mine["message_id"], mine["text"]) == ("user", "m1", QUESTION)
     assert answer == item
+
+
+async def test_the_status_shows_as_the_message_arrives_before_its_turn_can_start(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with running_gateway(live_config(database_url, tmp_path)) as gateway:
+        await gateway.post("alice", "hello", message_id="m0")  # alice is known from now on
+        await gateway.wait_for_replies("alice", 1, settle=0)
+        await gateway.wait_for_turns_to_end("alice")
+        async with open_stream(gateway.client) as events:
+            # Alice's turn lock is taken: her turn cannot start, her status still shows.
+            async with gateway.runtime.locks.hold("user:alice") as held:
+                assert held
+                assert (await gateway.post("alice", QUESTION, message_id="m1")).status_code == 202
+                async with asyncio.timeout(5):
+                    while (first := await events.next()).name == "message":
+                        pass  # the feed's earlier reply (m0) comes first
+                unanswered = await gateway.replies("alice")
+            seen = await events_until_message(events)
+    assert first == Event("status", {"in_reply_to": "m1", "text": "Thinking…"})
+    assert len(unanswered["messages"]) == 1  # only m0's reply while the lock was held
+    # The turn took that live reply over: the answer streamed into it, then the reply.
+    *live, message = seen
+    assert [event.name for event in live].count("status") == 0  # no second "Thinking…"
+    assert {event.name for event in live} <= {"text", "done"}
+    assert any(event.name == "text" for event in live)
+    assert message.data["in_reply_to"] == "m1"
+
+
+async def test_a_status_shown_on_arrival_that_no_turn_here_takes_over_is_closed(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another gateway process answered the message: this one's early status must not spin on.
+    monkeypatch.setattr(turns, "EARLY_LIVE_SECONDS", 0.0)
+    async with running_gateway(live_config(database_url, tmp_path)) as gateway:
+        await gateway.post("alice", "hello", message_id="m0")
+        await gateway.wait_for_replies("alice", 1, settle=0)
+        await gateway.wait_for_turns_to_end("alice")
+        alice = gateway.runtime.dispatcher.identities.cached_sender("web:alice")
+        assert alice is not None
+        processor = gateway.runtime.dispatcher.processor
+        async with open_stream(gateway.client) as events:
+            processor.show_working(QueuedEvent(990, web_message("x1")), alice)
+            processor.show_working(QueuedEvent(991, web_message("x2")), alice)  # closes x1
+            async with asyncio.timeout(5):
+                seen = [event async for event in _live_events(events, until=("done", "x1"))]
+    assert Event("status", {"in_reply_to": "x1", "text": "Thinking…"}) in seen
+    assert seen[-1] == Event("done", {"in_reply_to": "x1", "committed": False})
+
+
+async def _live_events(events: EventReader, *, until: tuple[str, str]) -> Any:
+    while True:
+        event = await events.next()
+        if event.name != "message":
+            yield event
+            if (event.name, event.data.get("in_reply_to")) == until:
+                return
+
+
+def web_message(message_id: str) -> ChannelMessage:
+    """A web message of alice's, as the web channel parses one."""
+    return ChannelMessage(
+        channel_type=ChannelType.WEB,
+        channel_id="alice",
+        message_id=message_id,
+        user_identifier="alice",
+        content="hi",
+        timestamp=datetime.now(UTC),
+        conversation=Conversation.DIRECT,
+    )
 
 
 async def test_with_streaming_off_the_stream_gets_only_the_reply(
