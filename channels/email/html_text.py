@@ -21,6 +21,9 @@ _QUOTE_ELEMENTS = (
     " | //*[contains(@class, 'gmail_quote')]"
     " | //*[contains(@class, 'moz-cite-prefix')]"
     " | //*[contains(@class, 'yahoo_quoted')]"
+    " | //*[contains(@class, 'protonmail_quote')]"  # Proton Mail
+    " | //*[contains(@class, 'zmail_extra')]"  # Zoho Mail
+    " | //*[@data-marker='__QUOTED_TEXT__']"  # Zimbra
 )
 # Outlook (web and desktop) marks the start of the quoted message; what follows is quoted.
 _QUOTE_STARTS = (

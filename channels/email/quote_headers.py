@@ -38,6 +38,7 @@ _DASHED_TITLE = re.compile(r"^[\s>*_]*-{2,}\s*([^\W\d_](?:[^-\n]|-(?!-)){1,58}?)
 # "Label: value", the label one to four words without digits (any language), as header blocks
 # write them; the value may be empty ("Cc:").
 _LABEL_LINE = re.compile(r"^[^\W\d_][^\W\d_.'’-]*(?:[ .'’-][^\W\d_]+){0,3}\s?[:：]")  # noqa: RUF001
+_SPACES = re.compile(r"[\u00a0\u2007\u202f]")  # no-break spaces (French typography, iOS)
 _MAILBOX = re.compile(r"<[^<>\s]+@[^<>\s]+>|\[mailto:")
 _LINE_DECORATION = re.compile(r"^[>\s*]+")
 _MAX_ATTRIBUTION_LINES = 3
@@ -47,7 +48,7 @@ _MAX_ATTRIBUTION_CHARS = 400
 _MAX_VERB_TAIL = 50
 # How the lines of a wrapped attribution join: one breaks off at a mailbox or a comma, the
 # next starts with an address; no line but the last ends a sentence.
-_BROKEN_OFF = re.compile(r"[<(\[,\"']\s*$")
+_BROKEN_OFF = re.compile(r"[<(\[\"]\s*$|[\d@>)][^,]*,\s*$")
 _ADDRESS_START = re.compile(r"^\s*[^\s@<>]+@")
 _DATE_OR_TIME = re.compile(r"\d{1,2}[:.h]\d{2}|\b(?:19|20)\d{2}\b|\d{1,4}[./-]\d{1,2}[./-]\d{1,4}")
 _SENTENCE_END = re.compile(r"[.!?;:。！？]\s*$")  # noqa: RUF001
@@ -105,7 +106,7 @@ def _attributions(lines: Sequence[str]) -> list[QuoteHeader]:
         if not text.endswith((":", "：")) or _QUOTED.match(line):  # noqa: RUF001
             continue
         first = _attribution_start(lines, last)
-        joined = " ".join(part.strip() for part in lines[first : last + 1])
+        joined = _SPACES.sub(" ", " ".join(part.strip() for part in lines[first : last + 1]))
         certain = _attribution_kind(joined)
         if certain is not None:
             headers.append(QuoteHeader(first, last, certain))
@@ -125,18 +126,19 @@ def _attribution_start(lines: Sequence[str], last: int) -> int:
 
 def _continues(above: str, top: str, span: Sequence[str]) -> bool:
     """Whether `above` is the start of the attribution whose lines so far are `span` (`top`
-    the first): the span reads as the rest of a sentence, `above` breaks off or holds the
-    verb, or it holds the date or time that the span lacks."""
+    the first): `above` breaks off inside a mailbox or holds the verb, or it holds the date or
+    time the span lacks, or the span reads as the rest of a sentence ("wrote:", "bob@x> a
+    écrit :"). A span with a date already started there ("pon., 3 mar 2025 o 14:20 …")."""
     if not above.strip() or _QUOTED.match(above) or _SENTENCE_END.search(above):
         return False
-    head = top.lstrip()[:1]
-    if head.islower() or head in "<([" or _ADDRESS_START.match(top):
-        return True
     if _BROKEN_OFF.search(above) or any(verb.search(above) for verb in rp.ATTRIBUTION_VERBS):
         return True
-    return _DATE_OR_TIME.search(above) is not None and not any(
-        _DATE_OR_TIME.search(line) for line in span
-    )
+    if any(_DATE_OR_TIME.search(line) for line in span):
+        return False
+    if _DATE_OR_TIME.search(above) or "@" in above:
+        return True
+    head = top.lstrip()[:1]
+    return head.islower() or head in "<([" or _ADDRESS_START.match(top) is not None
 
 
 def _attribution_kind(text: str) -> bool | None:

@@ -33,6 +33,7 @@ ATTRIBUTION_VERBS = _compile(
         r"\bwrites\b",  # Mutt, Evolution (en)
         r"\ba écrit\b",  # Gmail, Apple Mail, Thunderbird (fr)
         r"\bschrieb\b",  # Gmail, Apple Mail, Thunderbird, GMX, web.de (de)
+        r"\bgeschrieben\b",  # Open-Xchange, T-Online, 1&1 webmail (de: "hat am … geschrieben")
         r"\bschreef\b",  # Gmail, Apple Mail (nl)
         r"\bgeschreven\b",  # Outlook (nl: "heeft … geschreven")
         r"\bescribió\b",  # Gmail, Apple Mail (es)
@@ -63,7 +64,8 @@ ATTRIBUTION_VERBS = _compile(
         r"\bđã viết\b",  # Gmail (vi)
         r"\bmenulis\b",  # Gmail (id)
         r"写道|寫道",  # Gmail, QQ, NetEase (zh)
-        r"님이 작성",  # Gmail (ko)
+        r"님이 작성|작성:",  # Gmail, Apple Mail (ko)
+        r"のメール[:：]",  # Apple Mail (ja)
     ]
 )
 

@@ -30,6 +30,16 @@ REPLY = "Here are the figures: 12,400 in January, 13,100 in February."
 ATTRIBUTIONS = [
     ("en-gmail", "On Mon, Mar 3, 2025 at 2:20 PM Bob Smith <bob@example.com> wrote:"),
     (
+        "fr-ios-no-break-spaces",
+        "Le 3 mars 2025 à 14:20, Bob Smith <bob@example.com> a\u00a0écrit\u202f:",
+    ),
+    (
+        "de-open-xchange",
+        "Hans Müller <hans@example.com> hat am 3. März 2025 um 14:20 geschrieben:",
+    ),
+    ("ja-apple", "2025/03/03 14:20、Bob Smith <bob@example.com>のメール:"),
+    ("ko-apple", "2025. 3. 3. 오후 2:20, Bob Smith <bob@example.com> 작성:"),
+    (
         "en-gmail-wrapped",
         "On Mon, Mar 3, 2025 at 2:20 PM Bob Smith-Worthington <\n"
         "bob.smith-worthington@example.com> wrote:",
@@ -494,12 +504,18 @@ def test_answers_written_inside_the_quote_are_kept() -> None:
     assert parse_email(mail(body, subject="Re: Figures")).content == "12,400 in January.\n\nFriday."
 
 
-def test_a_reply_to_a_wrapped_attribution_keeps_a_line_above_it() -> None:
-    body = (
-        "Thanks Bob\nSee you at 14:00\nOn Mon, Mar 3, 2025 at 2:20 PM Bob <bob@example.com> wrote:\n"
-        + QUOTE
-    )
-    assert strip_reply(body) == "Thanks Bob\nSee you at 14:00"
+@pytest.mark.parametrize(
+    ("above", "attribution"),
+    [
+        ("See you at 14:00", "On Mon, Mar 3, 2025 at 2:20 PM Bob <bob@example.com> wrote:"),
+        ("Thanks,", "On Mon, Mar 3, 2025 at 2:20 PM Bob <bob@example.com> wrote:"),
+        ("Dzięki", "pon., 3 mar 2025 o 14:20 Jan Kowalski <jan@example.com> napisał(a):"),
+        ("Merci", "Le 3 mars 2025 à 14:20, Jean <jean@example.com> a écrit :"),
+    ],
+    ids=["time", "comma", "lowercase-attribution", "no-blank-line"],
+)
+def test_the_line_right_above_an_attribution_is_kept(above: str, attribution: str) -> None:
+    assert strip_reply(f"{REPLY}\n{above}\n{attribution}\n{QUOTE}") == f"{REPLY}\n{above}"
 
 
 def test_a_list_of_labels_written_by_the_person_is_kept() -> None:
@@ -526,6 +542,27 @@ def test_an_html_outlook_reply_in_german_loses_the_header_block() -> None:
     message["Subject"] = "AW: Zahlen"
     message.set_content(html, subtype="html")
     assert parse_email(message.as_bytes()).content == "Passt, danke!"
+
+
+@pytest.mark.parametrize(
+    "quote",
+    [
+        '<div class="protonmail_quote">On Monday, March 3rd, 2025 at 14:20, Bob wrote:'
+        "<blockquote>The figures?</blockquote></div>",
+        '<div class="zmail_extra"><div>---- On Mon, 03 Mar 2025 14:20 Bob wrote ----</div>'
+        "<blockquote>The figures?</blockquote></div>",
+        '<hr id="zwchr"><div data-marker="__QUOTED_TEXT__"><b>From: </b>Bob<br>'
+        "<b>Sent: </b>Monday, 3 March 2025 14:20<br>The figures?</div>",
+    ],
+    ids=["proton-mail", "zoho-mail", "zimbra"],
+)
+def test_html_quotes_of_more_clients_go(quote: str) -> None:
+    message = EmailMessage()
+    message["From"] = "Alice <alice@example.com>"
+    message["To"] = "assistant@acme.example"
+    message["Subject"] = "Re: Figures"
+    message.set_content(f"<html><body><div>{REPLY}</div>{quote}</body></html>", subtype="html")
+    assert parse_email(message.as_bytes()).content == REPLY
 
 
 # --- every table entry has a mail above -----------------------------------------------------
