@@ -34,7 +34,7 @@ from channels.email import reply_patterns as rp
 _QUOTED = re.compile(r"^\s*>")
 _RULE_LINE = re.compile(r"^[\s>*]*(?:_{30,}|-{30,}|={30,})[\s*_]*$")
 # A title between dashes, decorated or not: "-----Original Message-----".
-_DASHED_TITLE = re.compile(r"^[\s>*_]*-{2,}\s*([^\W\d_](?:[^-\n]|-(?!-)){1,58}?)\s*-{2,}[\s*_]*$")
+_DASHED_TITLE = re.compile(r"^[\s>*_]*-{2,}\s*([^\W_](?:[^-\n]|-(?!-)){1,150}?)\s*-{2,}[\s*_]*$")
 # "Label: value", the label one to four words without digits (any language), as header blocks
 # write them; the value may be empty ("Cc:").
 _LABEL_LINE = re.compile(r"^[^\W\d_][^\W\d_.'’-]*(?:[ .'’-][^\W\d_]+){0,3}\s?[:：]")  # noqa: RUF001
@@ -46,6 +46,8 @@ _MAX_ATTRIBUTION_CHARS = 400
 # A verb this close to the colon ends the attribution ("… schrieb Hans Müller:"); further away
 # it needs an address in the line to count ("Hans <h@x> schrieb am Mo., 3. März 2025, 14:20:").
 _MAX_VERB_TAIL = 50
+# The verb last ("Bob Smith wrote:") needs nothing else.
+_VERB_LAST = re.compile(r"\s*[:：]$")  # noqa: RUF001
 # How the lines of a wrapped attribution join: one breaks off at a mailbox or a comma, the
 # next starts with an address; no line but the last ends a sentence.
 _BROKEN_OFF = re.compile(r"[<(\[\"]\s*$|[\d@>)][^,]*,\s*$")
@@ -103,7 +105,7 @@ def _attributions(lines: Sequence[str]) -> list[QuoteHeader]:
     headers = []
     for last, line in enumerate(lines):
         text = line.strip()
-        if not text.endswith((":", "：")) or _QUOTED.match(line):  # noqa: RUF001
+        if _QUOTED.match(line) or not (text.endswith((":", "：")) or text.endswith(">")):  # noqa: RUF001
             continue
         first = _attribution_start(lines, last)
         joined = _SPACES.sub(" ", " ".join(part.strip() for part in lines[first : last + 1]))
@@ -143,15 +145,21 @@ def _continues(above: str, top: str, span: Sequence[str]) -> bool:
 
 def _attribution_kind(text: str) -> bool | None:
     """True for a certain attribution, False for one that only looks like it, else None."""
-    if len(text) > _MAX_ATTRIBUTION_CHARS or not rp.ATTRIBUTION_EVIDENCE.search(text):
+    if len(text) > _MAX_ATTRIBUTION_CHARS:
         return None
-    if any(form.search(text) for form in rp.ATTRIBUTION_FORMS):
-        return True
+    evidence = rp.ATTRIBUTION_EVIDENCE.search(text) is not None
     for verb in rp.ATTRIBUTION_VERBS:
         found = verb.search(text)
-        if found is not None and (len(text) - found.end() <= _MAX_VERB_TAIL or "@" in text):
+        if found is None:
+            continue
+        tail = len(text) - found.end()
+        if _VERB_LAST.match(text, found.end()) or (
+            evidence and (tail <= _MAX_VERB_TAIL or "@" in text)
+        ):
             return True
-    return False
+    if any(form.search(text) for form in rp.ATTRIBUTION_FORMS):
+        return True
+    return False if evidence and text.endswith((":", "：")) else None  # noqa: RUF001
 
 
 def _separators_and_blocks(lines: Sequence[str]) -> list[QuoteHeader]:
@@ -167,11 +175,14 @@ def _separators_and_blocks(lines: Sequence[str]) -> list[QuoteHeader]:
 
 
 def _is_original_message(lines: Sequence[str], index: int) -> bool:
-    """A title between dashes that the table knows, or any such title over a header block."""
+    """A title between dashes that the table knows or that is an attribution, or any such
+    title over a header block."""
     title = _DASHED_TITLE.match(lines[index])
     if title is None:
         return False
     if any(pattern.search(title[1]) for pattern in rp.ORIGINAL_MESSAGE):
+        return True
+    if _attribution_kind(title[1] + ":"):  # Zoho: "---- On …, Bob <bob@x> wrote ----"
         return True
     below = next((n for n in range(index + 1, len(lines)) if lines[n].strip()), None)
     return below is not None and _header_block_end(lines, below, from_first=False) is not None

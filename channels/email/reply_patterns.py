@@ -50,6 +50,7 @@ ATTRIBUTION_VERBS = _compile(
         r"написал(?:а|\(а\))?",  # Gmail, Apple Mail, mail.ru, Yandex (ru)
         r"\bпишет\b",  # Yandex, Thunderbird (ru)
         r"написав(?:\(ла\))?|написала",  # Gmail (uk)
+        r"\bпише\b",  # Gmail, ukr.net (uk)
         r"\bнаписа\b",  # Gmail (bg)
         r"\byazdı\b",  # Gmail, Apple Mail (tr)
         r"\bírta\b",  # Gmail, Apple Mail (hu)
@@ -76,6 +77,7 @@ ATTRIBUTION_VERBS = _compile(
 ATTRIBUTION_FORMS = _compile(
     [
         r"^\d{4}-\d{1,2}-\d{1,2}\s+\d{1,2}:\d{2}\s+GMT[+-]\d{1,2}:?\d{2}\b.*:$",  # Gmail (many locales)
+        r"^\d{4}/\d{1,2}/\d{1,2}\s.*<[^<>\s]+@[^<>\s]+>$",  # Gmail, older (zh, ja): "2013/10/2 Bob <bob@x>", no colon
         r"^\d{4}\s?年\s?\d{1,2}\s?月\s?\d{1,2}\s?日.*[:：]$",  # Gmail, Outlook (ja, zh)
         r"^\d{4}\s?년\s?\d{1,2}\s?월\s?\d{1,2}\s?일.*:$",  # Gmail (ko)
         r"^\*\s.*<[^<>\s]+@[^<>\s]+>\s*\[[^\]]*\d[^\]]*\]:$",  # Mutt (all locales): "* Bob <bob@x> [2025-03-03 14:20]:"
@@ -139,6 +141,7 @@ HEADER_FROM = _compile(
         r"Από",  # Outlook (el)
         r"מאת",  # Outlook (he)
         r"Pošiljatelj|Pošiljalac",  # Outlook (hr, sr)
+        r"Expéditeur",  # Orange, La Poste, Outlook (fr)
         r"Siuntėjas",  # Outlook (lt)
     ]
 )
@@ -152,6 +155,9 @@ HEADER_OTHER = _compile(
         r"Gesendet am",  # Outlook for Mac (de)
         r"Verzonden op",  # Outlook for Mac (nl)
         r"Ogg|Oggetto",  # Libero, Virgilio (it)
+        r"Risposta",  # Outlook (it: Reply-To)
+        r"Destinataire|Répondre à",  # Orange, La Poste, Outlook (fr)
+        r"Beantwoorden - Aan",  # Outlook (nl: Reply-To)
         r"送信日時|宛先|件名|日付|CC",  # Outlook (ja)
         r"发送时间|發送時間|日期|收件人|收件者|主题|主旨|抄送|副本",  # Outlook, Foxmail (zh)
         r"보낸\s?날짜|받는\s?사람|제목|참조",  # Outlook (ko)
@@ -168,7 +174,8 @@ HEADER_OTHER = _compile(
 # "Get Outlook for iOS<https://aka.ms/o0ukef>") does not matter.
 MOBILE_SIGNATURES = _compile(
     [
-        r"sent (?:from|via|with|using|on) .{0,50}",  # iOS, Android, Outlook, Yahoo, Proton, Spark (en)
+        r"sent (?:from|via|with|using|on|by) .{0,50}",  # iOS, Android, Outlook, Yahoo, Proton, Spark (en)
+        r"(?:\w+ )?from (?:my )?.{1,30}",  # hand-set mobile signatures (en): "From my iPhone 6", "Nik from mobile"
         r"get outlook for (?:ios|android)",  # Outlook Mobile (en)
         r"(?:envoyé|envoye) (?:de|depuis|à partir de|avec|via) .{0,50}",  # iOS, Android, Outlook (fr)
         r"obtenir outlook pour (?:ios|android)",  # Outlook Mobile (fr)
@@ -199,6 +206,7 @@ MOBILE_SIGNATURES = _compile(
         r"σταλθηκε από .{0,50}|στάλθηκε από .{0,50}",  # iOS, Android (el)
         r".{0,30}から送信",  # iOS, Android (ja)
         r"(?:发自|發自|来自|來自)我的.{0,30}",  # iOS, Android (zh)
+        r"(?:从|從)我的.{0,30}(?:发送|傳送)",  # iOS (zh): "從我的 iPhone 傳送"
         r".{0,30}에서 보냄",  # iOS, Android (ko)
     ]
 )

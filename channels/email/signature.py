@@ -23,7 +23,7 @@ _MAX_CLIENT_LINE_WORDS = 12
 # A link the client appends to its line ("…for iOS<https://aka.ms/o0ukef>"), and decorations.
 _LINK = re.compile(r"\s*(?:<https?://[^>]*>|\[https?://[^\]]*\]|\(https?://[^)]*\)|https?://\S+)")
 _CLAUSE_END = re.compile(r"[,;]|\.\s")
-_DECORATION = " \t*_-–—~>.!•·"  # noqa: RUF001 (dashes of several widths)
+_DECORATION = " \t*_-–—~<>()[].!•·"  # noqa: RUF001 (dashes of several widths)
 
 
 def remove_invisible(text: str) -> str:

@@ -115,6 +115,11 @@ ATTRIBUTIONS = [
     ("ru-mailru", "Понедельник, 3 марта 2025, 14:20 +03:00 от Иван Петров <ivan@example.com>:"),
     ("ru-thunderbird", "03.03.2025 14:20, Иван Петров пишет:"),
     ("ru-outlook", "3 марта 2025 г., в 14:20, Иван Петров <ivan@example.com> написал:"),
+    ("uk-ukrnet", '30 серп. 2016 р. 20:45 "Arpit" <arpit@example.com> пише:'),
+    ("en-name-only", "Bob Smith wrote:"),
+    ("en-via-list", "bob via Example Forum wrote:"),
+    ("en-zoho", "---- On Tue, 22 Dec 2015 14:17:36 +0530 Bob Smith<bob@example.com> wrote ----"),
+    ("zh-gmail-old", "2013/10/2 Bob Smith <bob@example.com>"),
     ("uk-gmail", "пн, 3 бер. 2025 р. о 14:20 Іван Петренко <ivan@example.com> написав:"),
     ("bg-gmail", "пн, 3.03.2025 г. в 14:20 Иван Петров <ivan@example.com> написа:"),
     ("tr-gmail", "Ali Yılmaz <ali@example.com>, 3 Mar 2025 Pzt, 14:20 tarihinde şunu yazdı:"),
@@ -161,6 +166,18 @@ def test_an_attribution_over_unquoted_history_cuts_it(attribution: str) -> None:
 
 
 OUTLOOK_BLOCKS = [
+    (
+        "it-reply-to",
+        "Da: Mario Rossi <mario@example.com>\nRisposta: mario@example.com\nData: lunedì 3 marzo 2025 14:20\nA: Alice\nOggetto: Cifre",
+    ),
+    (
+        "fr-orange",
+        "Expéditeur: Jean Dupont <jean@example.com>\nDate: 03/03/25 14:20\nDestinataire: Alice\nRépondre à: jean@example.com\nObjet: Chiffres",
+    ),
+    (
+        "nl-reply-to",
+        "Van: Jan de Vries <jan@example.com>\nBeantwoorden - Aan: jan@example.com\nDatum: maandag 3 maart 2025 14:20\nAan: Alice",
+    ),
     (
         "en",
         "From: Bob Smith <bob@example.com>\nSent: Monday, March 3, 2025 2:20 PM\nTo: Alice <alice@example.com>\nSubject: RE: Figures",
@@ -395,7 +412,7 @@ def test_an_embedded_outlook_message_over_quoted_lines(block: str) -> None:
 
 
 def test_an_outlook_block_is_a_forward_when_the_subject_says_so() -> None:
-    body = f"Please look at this.\n\n{OUTLOOK_BLOCKS[0][1]}\n\n{HISTORY}"
+    body = f"Please look at this.\n\n{dict(OUTLOOK_BLOCKS)['en']}\n\n{HISTORY}"
     message = parse_email(mail(body, subject="FW: Figures"))
     assert message.content == "Please look at this."
     assert message.forwarded is not None
@@ -450,6 +467,11 @@ CLIENT_LINES = [
     ("el-iphone", "Στάλθηκε από το iPhone μου"),
     ("ja-iphone", "iPhoneから送信"),
     ("zh-iphone", "发自我的iPhone"),
+    ("zh-tw-iphone", "從我的 iPhone 傳送"),
+    ("en-from-my", "From my iPhone 6"),
+    ("en-name-from-mobile", "Nik from mobile"),
+    ("en-parenthesised", "(Sent from mobile device)"),
+    ("en-sent-by", "<<sent by galaxy>>"),
     ("ko-iphone", "나의 iPhone에서 보냄"),
 ]
 
