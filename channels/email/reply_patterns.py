@@ -179,7 +179,7 @@ MOBILE_SIGNATURES = _compile(
         r"get outlook for (?:ios|android)",  # Outlook Mobile (en)
         r"(?:envoyé|envoye) (?:de|depuis|à partir de|avec|via) .{0,50}",  # iOS, Android, Outlook (fr)
         r"obtenir outlook pour (?:ios|android)",  # Outlook Mobile (fr)
-        r"(?:von|mit) (?:meinem|meiner|mein) .{0,50} gesendet",  # iOS, Android (de)
+        r"(?:von|mit) mein(?:em|er)?(?:/mein(?:em|er)?)? .{0,50} gesendet",  # iOS, Samsung ("Von meinem/meiner Galaxy gesendet") (de)
         r"gesendet (?:von|mit|via) .{0,50}",  # Outlook, Android, GMX (de)
         r"outlook für (?:ios|android) (?:beziehen|herunterladen)",  # Outlook Mobile (de)
         r"diese nachricht wurde von .{0,60} gesendet\.?",  # GMX, web.de mail app (de)
@@ -217,7 +217,7 @@ MOBILE_DEVICES = re.compile(
     r"iphon|ipad|ipod|android|blackberry|galaxy|samsung|huawei|xiaomi|pixel|nokia|motorola|"
     r"oneplus|verizon|at&t|t-mobile|vodafone|outlook|yahoo|gmail|aol|proton|spark|airmail|newton|k-9|fairemail|bluemail|"
     r"thunderbird|gmx|web\.de|t-online|mail|mobil|móvil|movil|cellulare|telefon|телефон|"
-    r"smartphone|tablet|handy|apple watch|watch|surface|windows|ios|appareil|dispositivo|"
+    r"smartphone|phone|\bcell\b|tablet|handy|apple watch|watch|surface|windows|ios|appareil|dispositivo|"
     r"gerät|apparaat|laitteesta|puhelimesta|iphonesta|urządzenia|zařízení|устройства",
     re.I,
 )

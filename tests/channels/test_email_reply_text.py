@@ -443,6 +443,9 @@ CLIENT_LINES = [
     ("de-outlook", "Outlook für iOS beziehen<https://aka.ms/o0ukef>"),
     ("de-gmx", "Diese Nachricht wurde von meinem Android Mobiltelefon mit GMX Mail gesendet."),
     ("de-samsung", "Von meinem Samsung Galaxy Smartphone gesendet."),
+    ("de-samsung-galaxy", "Von meinem/meiner Galaxy gesendet"),
+    ("en-phone", "(sent from a phone)"),
+    ("en-cell", "Sent from my cell, please excuse any typos."),
     ("es-iphone", "Enviado desde mi iPhone"),
     ("es-outlook", "Obtener Outlook para iOS<https://aka.ms/o0ukef>"),
     ("pt-iphone", "Enviado do meu iPhone"),
@@ -575,8 +578,11 @@ def test_an_html_outlook_reply_in_german_loses_the_header_block() -> None:
         "<blockquote>The figures?</blockquote></div>",
         '<hr id="zwchr"><div data-marker="__QUOTED_TEXT__"><b>From: </b>Bob<br>'
         "<b>Sent: </b>Monday, 3 March 2025 14:20<br>The figures?</div>",
+        '<div id="mail-editor-reference-message-container"><div>Από: Bob &lt;bob@x.gr&gt;'
+        "</div><div>Ημερομηνία: 3/3/2025</div><p>The figures?</p></div>",
+        "<hr><div>Από: Bob &lt;bob@x.gr&gt;</div><div>The figures?</div>",
     ],
-    ids=["proton-mail", "zoho-mail", "zimbra"],
+    ids=["proton-mail", "zoho-mail", "zimbra", "new-outlook", "yahoo-rule-greek"],
 )
 def test_html_quotes_of_more_clients_go(quote: str) -> None:
     message = EmailMessage()
