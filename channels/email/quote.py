@@ -93,7 +93,7 @@ def strip_quotes(text: str) -> str:
             end, certain = header.last, header.certain
             after = _next_non_blank(lines, end + 1)
             if after is None or _QUOTED.match(lines[after]):
-                index = end + 1  # a header over quoted lines (or nothing): drop it, go on
+                index, dropped = end + 1, True  # a header over quoted lines: drop it, go on
                 continue
             if certain and any(line.strip() for line in kept):
                 break  # a header over unquoted text: everything below is the quoted message

@@ -40,6 +40,7 @@ _DASHED_TITLE = re.compile(r"^[\s>*_]*-{2,}\s*([^\W_](?:[^-\n]|-(?!-)){1,150}?)\
 _LABEL_LINE = re.compile(r"^[^\W\d_][^\W\d_.'’-]*(?:[ .'’-][^\W\d_]+){0,3}\s?[:：]")  # noqa: RUF001
 _SPACES = re.compile(r"[\u00a0\u2007\u202f]")  # no-break spaces (French typography, iOS)
 _MAILBOX = re.compile(r"<[^<>\s]+@[^<>\s]+>|\[mailto:")
+_OPEN_MAILBOX = re.compile(r"[<\[][^<>\[\]]*$")
 _LINE_DECORATION = re.compile(r"^[>\s*]+")
 _MAX_ATTRIBUTION_LINES = 3
 _MAX_ATTRIBUTION_CHARS = 400
@@ -68,15 +69,17 @@ class QuoteHeader:
 
 
 def find_quote_headers(lines: Sequence[str]) -> dict[int, QuoteHeader]:
-    """The quote headers in `lines`, by first line; where two start on one line, the first
-    kind found wins (mail-parser-reply's, attributions, separators, header blocks)."""
+    """The quote headers in `lines`, by first line; where two start on one line, a certain one
+    wins, else the first kind found (mail-parser-reply's, attributions, separators, blocks)."""
     found: dict[int, QuoteHeader] = {}
     for header in (
         *_mail_parser_reply_headers(lines),
         *_attributions(lines),
         *_separators_and_blocks(lines),
     ):
-        found.setdefault(header.first, header)
+        known = found.get(header.first)
+        if known is None or (header.certain and not known.certain):
+            found[header.first] = header
     return found
 
 
@@ -203,14 +206,18 @@ def _header_block_end(lines: Sequence[str], index: int, *, from_first: bool = Tr
         unknown = True
     else:
         return None
-    end, known, labels, dated = None, 0, 0, False
+    end, known, labels, dated, previous = None, 0, 0, False, line
     for later in range(index + 1, min(index + _MAX_BLOCK_LINES, len(lines))):
         candidate = _LINE_DECORATION.sub("", lines[later])
         if _is_known_label(candidate):
             known += 1
+        elif _OPEN_MAILBOX.search(previous):
+            previous = candidate  # the value wrapped inside a mailbox: "[mailto:\n bob@x]"
+            continue
         elif not _LABEL_LINE.match(candidate):
             break
         labels += 1
+        previous = candidate
         dated = dated or _DATE_OR_TIME.search(candidate) is not None
         end = later
     if unknown:

@@ -543,6 +543,20 @@ def test_the_line_right_above_an_attribution_is_kept(above: str, attribution: st
     assert strip_reply(f"{REPLY}\n{above}\n{attribution}\n{QUOTE}") == f"{REPLY}\n{above}"
 
 
+def test_a_bold_header_block_whose_address_wraps_goes() -> None:
+    body = (
+        "Hi\n\n  *From:* bob@example.com [mailto:\n  bob@example.com]\n"
+        "  *Sent:* Wednesday, June 27, 2012 3:05 PM\n  *To:* travis@example.com\n"
+        "  *Subject:* Hello\n\nThe history.\n"
+    )
+    assert strip_reply(body) == "Hi"
+
+
+def test_blank_lines_around_a_dropped_quote_collapse() -> None:
+    body = f"{REPLY}\n\nOn 04/19/2011 07:10 AM, Bob wrote:\n\n{QUOTE}\nRegards, Alice"
+    assert strip_reply(body) == f"{REPLY}\n\nRegards, Alice"
+
+
 def test_a_list_of_labels_written_by_the_person_is_kept() -> None:
     body = "My details:\n\nName: Alice Example\nCompany: Acme\nCity: Lisbon\n\nCan you register me?"
     assert strip_reply(body) == body
