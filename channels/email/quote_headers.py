@@ -41,6 +41,8 @@ _LABEL_LINE = re.compile(r"^[^\W\d_][^\W\d_.'’-]*(?:[ .'’-][^\W\d_]+){0,3}\s
 _SPACES = re.compile(r"[\u00a0\u2007\u202f]")  # no-break spaces (French typography, iOS)
 _MAILBOX = re.compile(r"<[^<>\s]+@[^<>\s]+>|\[mailto:")
 _OPEN_MAILBOX = re.compile(r"[<\[][^<>\[\]]*$")
+_HEADER_MARK = re.compile(r":(?!//)|：|original message", re.I)  # noqa: RUF001
+_COLON_REACH = 2
 _LINE_DECORATION = re.compile(r"^[>\s*]+")
 _MAX_ATTRIBUTION_LINES = 3
 _MAX_ATTRIBUTION_CHARS = 400
@@ -92,8 +94,10 @@ def _header_pattern() -> re.Pattern[str]:
 
 
 def _mail_parser_reply_headers(lines: Sequence[str]) -> list[QuoteHeader]:
-    # Match on stripped lines, as mail-parser-reply does: HTML conversion indents.
-    stripped = "\n".join(line.strip() for line in lines)
+    # Match on stripped lines, as mail-parser-reply does: HTML conversion indents. Its headers
+    # all have a colon or "Original Message" and reach at most two lines away from one; the
+    # lines further away are blanked (their count kept), which spares the pattern most text.
+    stripped = "\n".join(_near_a_colon(lines))
     headers = []
     for match in _header_pattern().finditer(stripped):
         start = match.start()
@@ -102,6 +106,18 @@ def _mail_parser_reply_headers(lines: Sequence[str]) -> list[QuoteHeader]:
         first = stripped.count("\n", 0, start)
         headers.append(QuoteHeader(first, first + match.group(0).strip("\n").count("\n"), True))
     return headers
+
+
+def _near_a_colon(lines: Sequence[str]) -> list[str]:
+    """`lines` stripped, blank unless within two lines of one with a colon (not a link's)."""
+    near = [False] * len(lines)
+    for index, line in enumerate(lines):
+        if _HEADER_MARK.search(line):
+            for other in range(
+                max(0, index - _COLON_REACH), min(len(lines), index + _COLON_REACH + 1)
+            ):
+                near[other] = True
+    return [line.strip() if keep else "" for line, keep in zip(lines, near, strict=True)]
 
 
 def _attributions(lines: Sequence[str]) -> list[QuoteHeader]:
@@ -136,7 +152,7 @@ def _continues(above: str, top: str, span: Sequence[str]) -> bool:
     écrit :"). A span with a date already started there ("pon., 3 mar 2025 o 14:20 …")."""
     if not above.strip() or _QUOTED.match(above) or _SENTENCE_END.search(above):
         return False
-    if _BROKEN_OFF.search(above) or any(verb.search(above) for verb in rp.ATTRIBUTION_VERBS):
+    if _BROKEN_OFF.search(above) or _verbs().search(above):
         return True
     if any(_DATE_OR_TIME.search(line) for line in span):
         return False
@@ -151,10 +167,7 @@ def _attribution_kind(text: str) -> bool | None:
     if len(text) > _MAX_ATTRIBUTION_CHARS:
         return None
     evidence = rp.ATTRIBUTION_EVIDENCE.search(text) is not None
-    for verb in rp.ATTRIBUTION_VERBS:
-        found = verb.search(text)
-        if found is None:
-            continue
+    for found in _verbs().finditer(text):
         tail = len(text) - found.end()
         if _VERB_LAST.match(text, found.end()) or (
             evidence and (tail <= _MAX_VERB_TAIL or "@" in text)
@@ -163,6 +176,12 @@ def _attribution_kind(text: str) -> bool | None:
     if any(form.search(text) for form in rp.ATTRIBUTION_FORMS):
         return True
     return False if evidence and text.endswith((":", "：")) else None  # noqa: RUF001
+
+
+@lru_cache(maxsize=1)
+def _verbs() -> re.Pattern[str]:
+    """The verbs of attribution lines, as one pattern (one search instead of one per verb)."""
+    return re.compile("|".join(f"(?:{verb.pattern})" for verb in rp.ATTRIBUTION_VERBS), re.I)
 
 
 def _separators_and_blocks(lines: Sequence[str]) -> list[QuoteHeader]:
