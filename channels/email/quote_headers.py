@@ -55,7 +55,11 @@ _VERB_LAST = re.compile(r"\s*[:：]$")  # noqa: RUF001
 # next starts with an address; no line but the last ends a sentence.
 _BROKEN_OFF = re.compile(r"[<(\[\"]\s*$|[\d@>)][^,]*,\s*$")
 _ADDRESS_START = re.compile(r"^\s*[^\s@<>]+@")
-_DATE_OR_TIME = re.compile(r"\d{1,2}[:.h]\d{2}|\b(?:19|20)\d{2}\b|\d{1,4}[./-]\d{1,2}[./-]\d{1,4}")
+# A time (not a zone offset: "GMT+01:00"), a year, a numeric date.
+_DATE_OR_TIME = re.compile(
+    r"(?<![+\-\d])\d{1,2}[:.h]\d{2}|\b(?:19|20)\d{2}\b|\d{1,4}[./-]\d{1,2}[./-]\d{1,4}"
+)
+_MAX_WRAPPED_LINE = 200
 _SENTENCE_END = re.compile(r"[.!?;:。！？]\s*$")  # noqa: RUF001
 _MAX_BLOCK_LINES = 7
 
@@ -139,27 +143,37 @@ def _attribution_start(lines: Sequence[str], last: int) -> int:
     lines, inside the mailbox ("Bob <" / "bob@x> wrote:") or anywhere else."""
     first = last
     while first > last - _MAX_ATTRIBUTION_LINES + 1 and first > 0:
-        if not _continues(lines[first - 1], lines[first], lines[first : last + 1]):
+        if not _continues(lines[first - 1], lines[first : last + 1]):
             break
         first -= 1
     return first
 
 
-def _continues(above: str, top: str, span: Sequence[str]) -> bool:
-    """Whether `above` is the start of the attribution whose lines so far are `span` (`top`
-    the first): `above` breaks off inside a mailbox or holds the verb, or it holds the date or
-    time the span lacks, or the span reads as the rest of a sentence ("wrote:", "bob@x> a
-    écrit :"). A span with a date already started there ("pon., 3 mar 2025 o 14:20 …")."""
-    if not above.strip() or _QUOTED.match(above) or _SENTENCE_END.search(above):
+def _continues(above: str, span: Sequence[str]) -> bool:
+    """Whether `above` starts the attribution whose lines so far are `span`: `above` breaks
+    off inside a mailbox or holds the verb, the mailbox moved down under a name ("Hans Müller"
+    / "<hans@x> schrieb …"), or `above` names a date, time or address and the span goes on
+    with a digit, a lower-case word, a script without case, or a name when the span itself
+    names no date. A line of the person's own right above the attribution ("See you at 14:00"
+    / "On Mon, Mar 3, 2025 at 2:20 PM Bob wrote:") stays out."""
+    top = span[0]
+    if not above.strip() or _QUOTED.match(above) or len(above) > _MAX_WRAPPED_LINE:
+        return False
+    named = _DATE_OR_TIME.search(above) is not None or "@" in above
+    if _SENTENCE_END.search(above) and not named:
         return False
     if _BROKEN_OFF.search(above) or _verbs().search(above):
         return True
-    if any(_DATE_OR_TIME.search(line) for line in span):
-        return False
-    if _DATE_OR_TIME.search(above) or "@" in above:
+    first = top.lstrip()[:1]
+    if first in "<([" or _ADDRESS_START.match(top):
         return True
-    head = top.lstrip()[:1]
-    return head.islower() or head in "<([" or _ADDRESS_START.match(top) is not None
+    if not named:  # "wrote:", "a écrit :", or the year after "… Sen, 3 Mar"
+        if first.isdigit():
+            return any(char.isdigit() for char in above)
+        return first.islower() and _DATE_OR_TIME.search(top) is None
+    if first.isupper():
+        return "@" in above or not any(_DATE_OR_TIME.search(line) for line in span)
+    return True
 
 
 def _attribution_kind(text: str) -> bool | None:

@@ -12,6 +12,7 @@ Every entry of the tables in `channels.email.reply_patterns` is exercised by one
 from __future__ import annotations
 
 import re
+import textwrap
 from email.message import EmailMessage
 
 import pytest
@@ -163,6 +164,27 @@ def test_an_attribution_over_quoted_lines_goes_with_them(attribution: str) -> No
 def test_an_attribution_over_unquoted_history_cuts_it(attribution: str) -> None:
     body = f"{REPLY}\n\n{attribution}\n\n{HISTORY}"
     assert parse_email(mail(body, subject="Re: Figures")).content == REPLY
+
+
+@pytest.mark.parametrize(
+    "attribution",
+    [a for i, a in ATTRIBUTIONS if not a.startswith("-")],
+    ids=[i for i, a in ATTRIBUTIONS if not a.startswith("-")],
+)
+def test_an_attribution_wrapped_at_any_width_goes(attribution: str) -> None:
+    """Clients wrap long attributions wherever the width ends, over up to three lines."""
+    one_line = " ".join(attribution.split("\n"))
+    leaks = []
+    for width in range(24, 80, 3):
+        lines = textwrap.wrap(one_line, width, break_on_hyphens=False, break_long_words=False)
+        if len(lines) > 3:
+            continue
+        for history in (QUOTE, HISTORY):
+            wrapped = "\n".join(lines)
+            reply = strip_reply(f"{REPLY}\n\n{wrapped}\n\n{history}")
+            if reply != REPLY:
+                leaks.append((width, reply))
+    assert leaks == []
 
 
 OUTLOOK_BLOCKS = [
