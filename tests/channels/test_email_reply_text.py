@@ -433,9 +433,12 @@ def test_an_embedded_outlook_message_over_quoted_lines(block: str) -> None:
     assert parse_email(mail(body, subject="Re: Figures")).content == REPLY
 
 
-def test_an_outlook_block_is_a_forward_when_the_subject_says_so() -> None:
+@pytest.mark.parametrize(
+    "subject", ["FW: Figures", "[EXT] FW: Figures", "FWD: Figures", "TR : Chiffres", "Wg: Zahlen"]
+)
+def test_an_outlook_block_is_a_forward_when_the_subject_says_so(subject: str) -> None:
     body = f"Please look at this.\n\n{dict(OUTLOOK_BLOCKS)['en']}\n\n{HISTORY}"
-    message = parse_email(mail(body, subject="FW: Figures"))
+    message = parse_email(mail(body, subject=subject))
     assert message.content == "Please look at this."
     assert message.forwarded is not None
     assert message.forwarded.sender == "bob@example.com"
