@@ -176,7 +176,7 @@ MOBILE_SIGNATURES = _compile(
     [
         r"sent (?:from|via|with|using|on|by) .{0,50}",  # iOS, Android, Outlook, Yahoo, Proton, Spark (en)
         r"(?:\w+ )?from (?:my )?.{1,30}",  # hand-set mobile signatures (en): "From my iPhone 6", "Nik from mobile"
-        r"get outlook for (?:ios|android)",  # Outlook Mobile (en)
+        r"(?:get|download) outlook for (?:ios|android|mac)",  # Outlook Mobile, Outlook for Mac (en)
         r"(?:envoyé|envoye) (?:de|depuis|à partir de|avec|via) .{0,50}",  # iOS, Android, Outlook (fr)
         r"obtenir outlook pour (?:ios|android)",  # Outlook Mobile (fr)
         r"(?:von|mit) mein(?:em|er)?(?:/mein(?:em|er)?)? .{0,50} gesendet",  # iOS, Samsung ("Von meinem/meiner Galaxy gesendet") (de)
@@ -188,7 +188,10 @@ MOBILE_SIGNATURES = _compile(
         r"(?:enviado|enviada) (?:do|de|pelo|a partir do|a partir de) .{0,50}",  # iOS, Android, Outlook (pt)
         r"(?:baixe|obter) o outlook para (?:ios|android)",  # Outlook Mobile (pt)
         r"inviato (?:da|dal|dal mio|con|tramite) .{0,50}",  # iOS, Android, Outlook (it)
-        r"scarica outlook per (?:ios|android)",  # Outlook Mobile (it)
+        r"(?:scarica|ottieni) outlook per (?:ios|android)",  # Outlook Mobile (it)
+        r"pobierz (?:aplikację )?outlook dla (?:systemu )?(?:ios|android)",  # Outlook Mobile (pl)
+        r"skaffa outlook för (?:ios|android)",  # Outlook Mobile (sv)
+        r"télécharger outlook pour (?:ios|android)",  # Outlook Mobile (fr)
         r"(?:verzonden|verstuurd) (?:vanaf|van|met|via) .{0,50}",  # iOS, Android, Outlook (nl)
         r"outlook voor (?:ios|android) downloaden",  # Outlook Mobile (nl)
         r"skickat från .{0,50}",  # iOS, Android (sv)
