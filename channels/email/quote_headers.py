@@ -32,7 +32,7 @@ from channels.email import forward_patterns as fp
 from channels.email import reply_patterns as rp
 
 _QUOTED = re.compile(r"^\s*>")
-_RULE_LINE = re.compile(r"^[\s>*]*(?:_{30,}|-{30,}|={30,})[\s*_]*$")
+_RULE_LINE = re.compile(r"^[\s>*]*(?:_{30,}|-{30,})[\s*_]*$")
 # A title between dashes, decorated or not: "-----Original Message-----".
 _DASHED_TITLE = re.compile(r"^[\s>*_]*-{2,}\s*([^\W_](?:[^-\n]|-(?!-)){1,150}?)\s*-{2,}[\s*_]*$")
 # "Label: value", the label one to four words without digits (any language), as header blocks
@@ -49,7 +49,7 @@ _MAX_ATTRIBUTION_CHARS = 400
 # A verb this close to the colon ends the attribution ("… schrieb Hans Müller:"); further away
 # it needs an address in the line to count ("Hans <h@x> schrieb am Mo., 3. März 2025, 14:20:").
 _MAX_VERB_TAIL = 50
-# The verb last ("Bob Smith wrote:") needs nothing else.
+# The verb last ("… Bob Smith wrote:").
 _VERB_LAST = re.compile(r"\s*[:：]$")  # noqa: RUF001
 # How the lines of a wrapped attribution join: one breaks off at a mailbox or a comma, the
 # next starts with an address; no line but the last ends a sentence.
@@ -180,16 +180,19 @@ def _attribution_kind(text: str) -> bool | None:
     """True for a certain attribution, False for one that only looks like it, else None."""
     if len(text) > _MAX_ATTRIBUTION_CHARS:
         return None
+    if not text.endswith((":", "：")):  # noqa: RUF001 (only a known form ends otherwise)
+        return True if any(form.search(text) for form in rp.ATTRIBUTION_FORMS) else None
     evidence = rp.ATTRIBUTION_EVIDENCE.search(text) is not None
+    verb_last = False
     for found in _verbs().finditer(text):
-        tail = len(text) - found.end()
-        if _VERB_LAST.match(text, found.end()) or (
-            evidence and (tail <= _MAX_VERB_TAIL or "@" in text)
-        ):
+        last = _VERB_LAST.match(text, found.end()) is not None
+        if evidence and (last or len(text) - found.end() <= _MAX_VERB_TAIL or "@" in text):
             return True
+        verb_last = verb_last or last
     if any(form.search(text) for form in rp.ATTRIBUTION_FORMS):
         return True
-    return False if evidence and text.endswith((":", "：")) else None  # noqa: RUF001
+    # "Bob Smith wrote:" over quoted lines; over the person's text it may be a sentence.
+    return False if evidence or verb_last else None
 
 
 @lru_cache(maxsize=1)
@@ -201,8 +204,9 @@ def _verbs() -> re.Pattern[str]:
 def _separators_and_blocks(lines: Sequence[str]) -> list[QuoteHeader]:
     headers = []
     for index, line in enumerate(lines):
-        if _RULE_LINE.match(line) or _is_original_message(lines, index):
-            headers.append(QuoteHeader(index, index, True))
+        separator = True if _RULE_LINE.match(line) else _separator_title(lines, index)
+        if separator is not None:
+            headers.append(QuoteHeader(index, index, separator))
         elif ":" in line or "：" in line:  # noqa: RUF001
             end = _header_block_end(lines, index)
             if end is not None:
@@ -210,18 +214,22 @@ def _separators_and_blocks(lines: Sequence[str]) -> list[QuoteHeader]:
     return headers
 
 
-def _is_original_message(lines: Sequence[str], index: int) -> bool:
-    """A title between dashes that the table knows or that is an attribution, or any such
-    title over a header block."""
+def _separator_title(lines: Sequence[str], index: int) -> bool | None:
+    """For a title between dashes: True when the table knows it or a header block follows,
+    the attribution's certainty when it is one (Zoho, Android: "---- Bob wrote ----"), else
+    None."""
     title = _DASHED_TITLE.match(lines[index])
     if title is None:
-        return False
+        return None
     if any(pattern.search(title[1]) for pattern in rp.ORIGINAL_MESSAGE):
         return True
-    if _attribution_kind(title[1] + ":"):  # Zoho: "---- On …, Bob <bob@x> wrote ----"
-        return True
+    attribution = _attribution_kind(title[1] + ":")
+    if attribution is not None:
+        return attribution
     below = next((n for n in range(index + 1, len(lines)) if lines[n].strip()), None)
-    return below is not None and _header_block_end(lines, below, from_first=False) is not None
+    if below is not None and _header_block_end(lines, below, from_first=False) is not None:
+        return True
+    return None
 
 
 def _header_block_end(lines: Sequence[str], index: int, *, from_first: bool = True) -> int | None:
@@ -271,7 +279,7 @@ def _is_known_label(line: str) -> bool:
 def _from_labels() -> re.Pattern[str]:
     """The "From" labels of the forward parser and of the reply tables, as one pattern."""
     labels = [pattern.pattern for pattern in fp.ORIGINAL_FROM]
-    labels += [rf"^\s*(?:{pattern.pattern})\s?[:：](.*)$" for pattern in rp.HEADER_FROM]  # noqa: RUF001
+    labels += [rf"(?i:^\s*(?:{pattern.pattern})\s?[:：](.*)$)" for pattern in rp.HEADER_FROM]  # noqa: RUF001
     return re.compile("|".join(f"(?:{label})" for label in labels), re.M)
 
 

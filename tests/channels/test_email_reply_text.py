@@ -119,6 +119,7 @@ ATTRIBUTIONS = [
     ("uk-ukrnet", '30 серп. 2016 р. 20:45 "Arpit" <arpit@example.com> пише:'),
     ("en-name-only", "Bob Smith wrote:"),
     ("en-via-list", "bob via Example Forum wrote:"),
+    ("android-dashes", "---- John Smith wrote ----"),
     ("en-zoho", "---- On Tue, 22 Dec 2015 14:17:36 +0530 Bob Smith<bob@example.com> wrote ----"),
     ("zh-gmail-old", "2013/10/2 Bob Smith <bob@example.com>"),
     ("uk-gmail", "пн, 3 бер. 2025 р. о 14:20 Іван Петренко <ivan@example.com> написав:"),
@@ -158,8 +159,16 @@ def test_an_attribution_over_quoted_lines_goes_with_them(attribution: str) -> No
     assert parse_email(mail(body, subject="Re: Figures")).content == REPLY
 
 
+# Without a date or an address, "… wrote:" may be the person's own sentence: it goes only
+# over quoted lines.
+NAME_ONLY = {"en-name-only", "en-via-list", "android-dashes"}
+NAME_ONLY_LINES = {a for i, a in ATTRIBUTIONS if i in NAME_ONLY}
+
+
 @pytest.mark.parametrize(
-    ("attribution"), [a for _, a in ATTRIBUTIONS], ids=[i for i, _ in ATTRIBUTIONS]
+    ("attribution"),
+    [a for i, a in ATTRIBUTIONS if i not in NAME_ONLY],
+    ids=[i for i, _ in ATTRIBUTIONS if i not in NAME_ONLY],
 )
 def test_an_attribution_over_unquoted_history_cuts_it(attribution: str) -> None:
     body = f"{REPLY}\n\n{attribution}\n\n{HISTORY}"
@@ -179,7 +188,7 @@ def test_an_attribution_wrapped_at_any_width_goes(attribution: str) -> None:
         lines = textwrap.wrap(one_line, width, break_on_hyphens=False, break_long_words=False)
         if len(lines) > 3:
             continue
-        for history in (QUOTE, HISTORY):
+        for history in (QUOTE,) if attribution in NAME_ONLY_LINES else (QUOTE, HISTORY):
             wrapped = "\n".join(lines)
             reply = strip_reply(f"{REPLY}\n\n{wrapped}\n\n{history}")
             if reply != REPLY:
@@ -589,6 +598,15 @@ def test_blank_lines_around_a_dropped_quote_collapse() -> None:
 
 def test_a_list_of_labels_written_by_the_person_is_kept() -> None:
     body = "My details:\n\nName: Alice Example\nCompany: Acme\nCity: Lisbon\n\nCan you register me?"
+    assert strip_reply(body) == body
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["I wrote to <bob@example.com>", "==============================", "Here is what I wrote:"],
+)
+def test_a_line_of_the_person_that_looks_like_a_header_keeps_what_follows(line: str) -> None:
+    body = f"{REPLY}\n\n{line}\n\nThe rest of what I wrote."
     assert strip_reply(body) == body
 
 
