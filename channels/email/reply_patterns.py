@@ -25,8 +25,9 @@ def _compile(patterns: Sequence[str]) -> Patterns:
 # --- attribution lines ("On … wrote:"), matched on the line(s) joined with spaces -------------
 
 # The verb of an attribution line, anywhere in it: "Op … schreef Jan <jan@x>:" puts it in the
-# middle, "El … escribió:" at the end. A line counts only when it also ends in a colon and
-# names a date, a time or an address (see `ATTRIBUTION_EVIDENCE`).
+# middle, "El … escribió:" at the end. The line must end in a colon; it is certain when it
+# also names a date, a time or an address (`ATTRIBUTION_EVIDENCE`), and counts only over
+# quoted lines otherwise ("Bob Smith wrote:").
 ATTRIBUTION_VERBS = _compile(
     [
         r"\bwrote\b",  # Gmail, Apple Mail, Thunderbird, Outlook (en)
