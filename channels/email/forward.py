@@ -106,7 +106,10 @@ def _normalise(body: str) -> str:
 def _forward_subject(subject: str) -> str | None:
     found = _loop_match(p.SUBJECT, subject)
     if found is None:
-        return None
+        # Upstream's prefixes as people and gateways also write them: "FWD:", "TR :", after
+        # a tag such as "[EXT]".
+        loose = p.SUBJECT_LOOSE.match(subject)
+        return None if loose is None else _trim(loose[1]) or ""
     return _trim(found[1]) or ""
 
 

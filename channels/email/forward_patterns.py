@@ -68,6 +68,14 @@ SUBJECT = _compile(
     M,
 )
 
+# The same prefixes in any case, with a space before the colon, after tags that mail gateways
+# put in front ("[EXT] FW: …", "FWD: …", "TR : …"); tried when `SUBJECT` finds none.
+SUBJECT_LOOSE = re.compile(
+    r"^\s*(?:\[[^\]]{1,40}\]\s*)*"
+    r"(?:fwd?|wg|vs|rv|tr|i|pd|enc|redir\.|vb|vl|videresend|i̇lt|ilt|doorst)\s?:(.*)",
+    I,
+)
+
 # Separators that only forwards use (unlike Outlook's reply header blocks, below).
 FORWARD_ONLY_SEPARATOR = _compile(
     [

@@ -21,12 +21,20 @@ _QUOTE_ELEMENTS = (
     " | //*[contains(@class, 'gmail_quote')]"
     " | //*[contains(@class, 'moz-cite-prefix')]"
     " | //*[contains(@class, 'yahoo_quoted')]"
+    " | //*[contains(@class, 'protonmail_quote')]"  # Proton Mail
+    " | //*[contains(@class, 'zmail_extra')]"  # Zoho Mail
+    " | //*[@data-marker='__QUOTED_TEXT__']"  # Zimbra
+    " | //*[@id='mail-editor-reference-message-container']"  # new Outlook, Outlook for iOS
 )
 # Outlook (web and desktop) marks the start of the quoted message; what follows is quoted.
 _QUOTE_STARTS = (
     "//*[@id='divRplyFwdMsg'] | //*[@id='appendonsend'] | //*[@id='OLK_SRC_BODY_SECTION']"
 )
-_FROM_LINE = re.compile(r"(From|De|Von|Van|Da|Od|Fra|Från|От|Від|Lähettäjä|Feladó)\s?:", re.I)
+_FROM_LINE = re.compile(
+    r"(From|De|Von|Van|Da|Od|Fra|Från|От|Від|Lähettäjä|Feladó|Kimden|Expéditeur|Mittente|"
+    r"Nadawca|Από|差出人|发件人|寄件者|보낸\s?사람)\s?[:：]",  # noqa: RUF001 (full-width colon)
+    re.I,
+)
 _CONFIG = ParserConfig(display_images=False, display_links=False)
 
 
