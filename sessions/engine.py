@@ -381,7 +381,7 @@ class SessionEngine:
         # the plain call, not a stream.
         streaming = None if isinstance(progress, NoProgress) else progress
         max_rounds = self.max_tool_rounds
-        for _ in range(max_rounds + 1):
+        for round_number in range(max_rounds + 1):
             raw = request_estimate(request)
             progress.status("thinking")
             response = await self.llm.complete(request, progress=streaming)
@@ -391,6 +391,8 @@ class SessionEngine:
             rounds.context_tokens = response.input_tokens
             if response.stop_reason != "tool_use" or not response.tool_calls:
                 return response
+            if round_number == max_rounds:
+                break  # its calls are not run: the rounds are used up
             # What the model wrote before asking for tools is not the answer.
             progress.reset()
             for call in response.tool_calls:

@@ -28,7 +28,7 @@ import structlog
 from mcp import ClientSession, McpError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent
+from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent, Tool
 
 from errors import ToolError
 from sessions.tool_policy import matches_any
@@ -36,6 +36,7 @@ from sessions.tool_policy import matches_any
 log = structlog.stdlib.get_logger(__name__)
 
 ENV_PROGRAM = "/usr/bin/env"
+STOP_WAIT_SECONDS = 5.0
 FIRST_RETRY_SECONDS = 1.0
 MAX_RETRY_SECONDS = 60.0
 TOOL_SEPARATOR = "__"
@@ -122,6 +123,9 @@ class McpServer:
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._reconnect = asyncio.Event()
+        self._stopping = False
+        # The session is being left on purpose: errors of closing it are no failure.
+        self._leaving = False
         self._settled = asyncio.Event()  # ready or failed (once per connection attempt)
 
     @property
@@ -146,16 +150,43 @@ class McpServer:
         """Disconnect (a stdio server's process is ended)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            # Leaving the SDK's contexts in their own task closes them properly; cancelling
+            # is the last resort (a cancellation inside them can be absorbed by their scopes).
+            self._stopping = True
+            self._reconnect.set()
+            try:
+                async with asyncio.timeout(STOP_WAIT_SECONDS):
+                    await asyncio.gather(task, return_exceptions=True)
+            except TimeoutError:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         self._session = None
         self.tools = ()
         self.state = "stopped"
 
     def reconnect(self) -> None:
-        """Connect and list the tools again (after a reload, or when a call found the
-        connection broken)."""
+        """Connect and list the tools again (when a call found the connection broken)."""
         self._reconnect.set()
+
+    async def relist(self) -> None:
+        """List the tools again on the open session (after a reload: the server may have
+        changed them); a server that is down is left to its reconnection."""
+        session = self._session
+        if session is None or self.state != "ready":
+            return
+        try:
+            async with asyncio.timeout(self.settings.timeout.total_seconds()):
+                listed = await session.list_tools()
+        except (
+            TimeoutError,
+            McpError,
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+        ) as exc:
+            self._broken(_describe(exc))
+            return
+        self.tools = self._exposed(listed.tools)
+        log.info("tools.server_relisted", server=self.name, tools=[t.name for t in self.tools])
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolCallResult:
         """Call `tool` (its name on this server) within the server's timeout; `ToolError`
@@ -200,18 +231,23 @@ class McpServer:
 
     async def _run(self) -> None:
         pause = FIRST_RETRY_SECONDS
-        while True:
+        while not self._stopping:
             self._reconnect.clear()
+            self._leaving = False
             try:
                 await self._serve()
-                pause = FIRST_RETRY_SECONDS
-                continue  # asked to reconnect: at once
             except Exception as exc:  # noqa: BLE001 (a server fails in many ways: a process that cannot start, a refused connection, a protocol error, the SDK's exception groups; each one disables only this server)
                 self._session = None
                 self.tools = ()
-                self.state = "failed"
-                self.error = _describe(exc)
-                log.error("tools.server_failed", server=self.name, error=self.error)
+                if not self._leaving:
+                    self.state = "failed"
+                    self.error = _describe(exc)
+                    log.error("tools.server_failed", server=self.name, error=self.error)
+            if self._stopping:
+                return
+            if self._leaving:
+                pause = FIRST_RETRY_SECONDS
+                continue  # asked to reconnect: at once
             self._settled.set()
             try:
                 async with asyncio.timeout(pause):
@@ -225,17 +261,7 @@ class McpServer:
         async with self._transport() as streams, ClientSession(streams[0], streams[1]) as session:
             await session.initialize()
             listed = await session.list_tools()
-            settings = self.settings
-            self.tools = tuple(
-                ServerTool(
-                    tool.name,
-                    tool.description or "",
-                    dict(tool.inputSchema),
-                    confirm=matches_any(tool.name, settings.confirm),
-                )
-                for tool in listed.tools
-                if matches_any(tool.name, settings.expose)
-            )
+            self.tools = self._exposed(listed.tools)
             self._session = session
             self.state = "ready"
             self.error = ""
@@ -249,7 +275,21 @@ class McpServer:
             try:
                 await self._reconnect.wait()
             finally:
+                self._leaving = True
                 self._session = None
+
+    def _exposed(self, listed: list[Tool]) -> tuple[ServerTool, ...]:
+        settings = self.settings
+        return tuple(
+            ServerTool(
+                tool.name,
+                tool.description or "",
+                dict(tool.inputSchema),
+                confirm=matches_any(tool.name, settings.confirm),
+            )
+            for tool in listed
+            if matches_any(tool.name, settings.expose)
+        )
 
     def _transport(self) -> Any:
         settings = self.settings

@@ -118,6 +118,7 @@ class McpToolbox:
         """Apply a reloaded section (see the module docstring)."""
         self.settings = settings
         wanted = {server.name: server for server in settings.servers}
+        kept = []
         for name in list(self.servers):
             server = self.servers[name]
             if wanted.get(name) != server.settings:
@@ -125,7 +126,8 @@ class McpToolbox:
                 await server.stop()
                 log.info("tools.server_stopped", server=name)
             else:
-                server.reconnect()
+                kept.append(server.relist())
+        await asyncio.gather(*kept)
         started = []
         for name, server_settings in wanted.items():
             if name not in self.servers:
