@@ -397,12 +397,18 @@ class SessionEngine:
             progress.reset()
             for call in response.tool_calls:
                 _announce_tool(progress, str(call.get("name")))
-            # The calls of one model turn run side by side; results keep the calls' order.
+            # The calls of one model turn run side by side; results keep the calls' order,
+            # and so does the list of the tools used (not the order they finished in).
+            before = len(rounds.used)
             results = list(
                 await asyncio.gather(
                     *(self._run_tool(call, loaded, rounds) for call in response.tool_calls)
                 )
             )
+            ran = set(rounds.used[before:])
+            rounds.used[before:] = [
+                name for call in response.tool_calls if (name := str(call.get("name"))) in ran
+            ]
             call_message = NewMessage(
                 "assistant", response.text, response.output_tokens, response.blocks
             )

@@ -6,6 +6,8 @@ deletion."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 import zipfile
@@ -17,14 +19,24 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from errors import StorageError
 from gateway.doctor import run_checks
 from gateway.reload import apply_config
 from gateway.settings import GatewayConfig
 from sessions.turn import LLM_APOLOGY_TEXT
 from storage.models import SessionMessage, ToolConfirmation
+from storage.transcripts import SessionRef
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
 from tests.fakes.mcp_http import HttpToolServer
+from tests.fakes.slack_api import (
+    SIGNING_SECRET,
+    TEAM,
+    FakeSlackAPI,
+    direct_message,
+    event_envelope,
+    send_event,
+)
 from tests.sessions.tool_servers import SERVER_SCRIPT, logged_calls
 
 POLICY = [
@@ -408,3 +420,69 @@ async def test_a_reload_applies_a_new_policy_to_the_next_turn(
         await say(gateway, "alice", "hello again", 2)
     assert "orders__lookup_order" in offered(fake_api.replies[0])
     assert offered(fake_api.replies[1]) == {"crm__lookup_order"}
+
+
+async def test_in_slack_a_turn_with_a_stdio_and_an_http_tool_gets_one_reply(
+    tmp_path: Path, fake_api: FakeAnthropicAPI, crm: HttpToolServer, slack_api: FakeSlackAPI
+) -> None:
+    base = tools_config(sqlite(tmp_path), tmp_path, fake_api, crm)
+    config = base.model_copy(
+        update={
+            "identity": base.identity.model_copy(
+                update={
+                    "users": (
+                        base.identity.users[0].model_copy(update={"slack": (f"{TEAM}:U0001",)}),
+                        *base.identity.users[1:],
+                    )
+                }
+            ),
+            "channels": gateway_config(
+                sqlite(tmp_path),
+                tmp_path,
+                channels={
+                    "slack": {
+                        "enabled": True,
+                        "bot_token": "xoxb-test",
+                        "signing_secret": SIGNING_SECRET,
+                        "api_base_url": slack_api.url,
+                    }
+                },
+            ).channels,
+        }
+    )
+    fake_api.script.extend(
+        [
+            Scripted(
+                tool_uses=(
+                    {"name": "orders__lookup_order", "input": {"order_id": "S-1"}},
+                    {"name": "crm__lookup_order", "input": {"order_id": "S-1"}},
+                )
+            ),
+            Scripted(text="S-1 has shipped."),
+        ]
+    )
+    envelope = event_envelope(direct_message("Where is S-1?", ts="1700000000.000100"), "EvT1")
+    async with running_gateway(config) as gateway:
+        response = await send_event(gateway.client, envelope)
+        assert response.status_code == 200
+        deadline = time.monotonic() + 15
+        while not slack_api.posts() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.4)
+        posts = slack_api.posts()
+        shown = await only_session(gateway, "alice")
+        session_id = shown["session_id"]
+        ref = SessionRef("acme", "alice", session_id)
+        transcript = ""
+        # The transcript segment is written right after the reply is sent.
+        while "crm: shipped" not in transcript and time.monotonic() < deadline:
+            with contextlib.suppress(StorageError):
+                transcript = (await gateway.runtime.transcripts.read_transcript(ref)).decode()
+            await asyncio.sleep(0.05)
+
+    assert [post["text"] for post in posts] == ["S-1 has shipped."]
+    assert logged_calls(tmp_path / "orders.log") == [("lookup_order", {"order_id": "S-1"})]
+    assert crm.calls == [("lookup_order", {"order_id": "S-1"})]
+    assert shown["skills_activated"] == ["orders__lookup_order", "crm__lookup_order"]
+    assert "order S-1 from orders: shipped" in transcript
+    assert "order S-1 from crm: shipped" in transcript
