@@ -10,6 +10,13 @@ of channels. The values it takes and gives live in `sessions.engine_values`.
 While it works, `reply` tells its `TurnProgress` what it is doing (compacting, thinking,
 searching earlier conversations, running a tool) and streams the model's text into it; text
 written before a tool call is not the answer, so the progress is reset before the tool runs.
+
+Tools: the built-in ones (`search_past_conversations`) and, with a `McpToolbox`, the MCP
+servers' tools this user's policy allows (`context_from` offers them; a call of any other name
+is refused before it reaches a server). The calls of one model turn run side by side, for at
+most the toolbox's `max_rounds` rounds; server results are fenced as data. A call of a tool
+marked `confirm` is not run: the turn's reply asks the user (`TurnOutcome.confirmation`), and
+the turn that gets the answer passes it in as `confirmed`.
 """
 
 from __future__ import annotations

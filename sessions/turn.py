@@ -18,6 +18,10 @@ retries do not cure) before the write leaves the event pending and the session a
 the next attempt starts from the beginning with nothing to undo. A model failure that
 outlasts the retries is answered with an apology in the same write, the user's message kept.
 
+A tool call waiting for the user's yes (`tool_confirmations`) is read with the context and
+answered by this message (`answer_to`): the write removes it, and stores the one this turn
+asks about, if any, with the tools the turn used (`skills_activated`).
+
 The gateway hands in a `UserTurn` (plain values: no channel payload, an opaque reply context)
 and gets back a `TurnResult`; it sends the committed reply and then calls `after_reply`.
 """

@@ -225,12 +225,16 @@ async def test_a_hung_server_costs_the_turn_only_its_timeout(
         started = time.monotonic()
         reply = await say(gateway, "alice", "Check the slow thing", 1)
         took = time.monotonic() - started
+        metrics = gateway.runtime.metrics.render().decode()
 
     assert reply == "The order system did not answer."
     assert took < 4.0
     (result,) = tool_results(fake_api.replies[1])
     assert result["is_error"] is True
     assert "timed out after 1s" in result["content"]
+    assert 'gateway_tool_calls_total{tool="orders__slow"} 1.0' in metrics
+    assert 'gateway_tool_errors_total{tool="orders__slow"} 1.0' in metrics
+    assert 'gateway_tool_latency_seconds_count{tool="orders__slow"} 1.0' in metrics
 
 
 async def test_a_turn_stops_after_max_rounds_of_tool_calls(
