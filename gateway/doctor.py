@@ -52,10 +52,7 @@ async def run_checks(config: GatewayConfig) -> list[CheckResult]:
         ("transcript store", lambda: check_transcripts(config)),
         *channel_checks(config),
         ("anthropic api", lambda: check_anthropic(config)),
-        *(
-            (f"mcp server {server.name}", functools.partial(check_mcp_server, server))
-            for server in tool_settings(config.tools).servers
-        ),
+        *mcp_server_checks(config),
     ]
     results = []
     for name, check in checks:
@@ -142,6 +139,20 @@ async def check_anthropic(config: GatewayConfig) -> str:
         await client.close()
     first = page.data[0].id if page.data else "no models"
     return f"{llm.base_url or 'api.anthropic.com'} answers ({first})"
+
+
+def mcp_server_checks(config: GatewayConfig) -> list[tuple[str, Callable[[], Awaitable[str]]]]:
+    """One check per declared MCP server, skipped when the server is not enabled."""
+    enabled = {server.name: server for server in tool_settings(config.tools).servers}
+    return [
+        (
+            f"mcp server {server.name}",
+            functools.partial(check_mcp_server, enabled[server.name])
+            if server.name in enabled
+            else functools.partial(_skip, "not enabled"),
+        )
+        for server in config.tools.mcp_servers
+    ]
 
 
 async def check_mcp_server(settings: McpServerSettings) -> str:

@@ -28,7 +28,14 @@ import structlog
 from mcp import ClientSession, McpError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent, Tool
+from mcp.types import (
+    CONNECTION_CLOSED,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    TextContent,
+    Tool,
+)
 
 from errors import ToolError
 from sessions.tool_policy import matches_any
@@ -207,12 +214,12 @@ class McpServer:
                 f"{qualified_name(self.name, tool)} timed out after {timeout:g}s", key=self.name
             ) from None
         except McpError as exc:
-            if "timed out" in str(exc).lower():
+            if exc.error.code == httpx.codes.REQUEST_TIMEOUT:  # the SDK's read timeout
                 raise ToolError(
                     f"{qualified_name(self.name, tool)} timed out after {timeout:g}s",
                     key=self.name,
                 ) from exc
-            if exc.error.code == -32000:  # the SDK's CONNECTION_CLOSED
+            if exc.error.code == CONNECTION_CLOSED:
                 self._broken(str(exc))
             raise ToolError(f"the tool server answered: {exc}", key=self.name) from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, httpx.HTTPError) as exc:
