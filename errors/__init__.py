@@ -13,7 +13,8 @@ other package may import (it imports nothing of the gateway)::
     ├── SessionStateError         an illegal session lifecycle transition
     ├── StorageError              the database or the transcript store failed
     │   └── ArchiveExistsError    an immutable archive object already exists
-    └── LLMError                  the language model could not produce an answer
+    ├── LLMError                  the language model could not produce an answer
+    └── ToolError                 a tool (an MCP server's) could not be called or timed out
 
 Catch the narrowest class that the caller can act on; `GatewayError` itself is caught only at
 process edges (the CLI, the HTTP app) to turn it into a clear message.
@@ -97,3 +98,12 @@ class ArchiveExistsError(StorageError):
 
 class LLMError(GatewayError):
     """The language model call failed after its retries."""
+
+
+class ToolError(GatewayError):
+    """A tool call did not produce a result: its server is unavailable, broke off or timed
+    out; `key` names the server. The model is told, the turn goes on."""
+
+    def __init__(self, message: str, *, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key

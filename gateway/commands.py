@@ -1,5 +1,5 @@
 """Chat commands, the same on every channel: `/new`, `/sessions`, `/resume`, `/status`,
-`/export`, `/forget`, `/help` (also written with `!`; on email the subject or first line).
+`/export`, `/forget`, `/tools`, `/help` (also written with `!`; on email the subject or first line).
 
 A command is answered by the gateway itself; it never reaches the model or the transcript.
 A user's session spans their direct messages and the shared conversations they mention the
@@ -35,6 +35,7 @@ from sessions.actions import (
     start_new_session,
 )
 from sessions.routing import Arrival, RoutingPolicy
+from sessions.toolbox import McpToolbox
 from storage.repositories.export_links import ExportLinkRepository
 from storage.transcripts import TranscriptStore
 
@@ -54,6 +55,7 @@ HELP_TEXT = """Commands (also written with ! instead of /):
 /export [id]: in a direct message, a download link (valid 24 hours) with everything
   stored about a session
 /forget: delete this session for good (asks for confirmation)
+/tools: the tools the assistant may use for you
 /help: this list"""
 
 EXPORT_LINK_LIFETIME = timedelta(hours=24)
@@ -119,6 +121,8 @@ class CommandContext:
     now: datetime
     transcripts: TranscriptStore
     public_url: str = ""
+    # The MCP servers' tools (None: no toolbox in this process).
+    tools: McpToolbox | None = None
 
 
 async def run_command(command: Command, context: CommandContext) -> CommandOutcome:
@@ -131,6 +135,7 @@ async def run_command(command: Command, context: CommandContext) -> CommandOutco
         "status": _status,
         "forget": _forget,
         "export": _export,
+        "tools": _tools,
     }
     handler = handlers.get(command.name)
     if handler is None:
@@ -204,6 +209,22 @@ async def _resume(command: Command, context: CommandContext) -> CommandOutcome:
         f"started {target.created_at:%Y-%m-%d %H:%M} UTC).",
         target.id,
     )
+
+
+async def _tools(_command: Command, context: CommandContext) -> CommandOutcome:
+    """The tools the user may use now, one a line, with what each does."""
+    user = context.user
+    offered = context.tools.offered(user.org_id, user.user_id) if context.tools else ()
+    if not offered:
+        return CommandOutcome("No tools are available to you.")
+    lines = [f"Tools I may use for you ({len(offered)}):"]
+    for tool in offered:
+        description = " ".join(tool.tool.description.split())
+        if len(description) > 120:
+            description = description[:119] + "…"
+        confirm = " (asks you first)" if tool.tool.confirm else ""
+        lines.append(f"- {tool.name}{confirm}" + (f": {description}" if description else ""))
+    return CommandOutcome("\n".join(lines))
 
 
 async def _status(_command: Command, context: CommandContext) -> CommandOutcome:

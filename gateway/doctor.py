@@ -2,8 +2,9 @@
 
 Checks, each with a time limit: the database (reachable, migrations applied), the transcript
 store (writable), each enabled channel's own checks (its plugin's `doctor`: the outbound SMTP
-server, Slack's `auth.test`, the Teams token endpoint) and the Anthropic API (when a provider
-other than the offline one is configured). Exit code 0 when every check passed, 1 otherwise.
+server, Slack's `auth.test`, the Teams token endpoint), the Anthropic API (when a provider
+other than the offline one is configured) and each MCP server of ``tools:`` (started or
+connected, its exposed tools listed). Exit code 0 when every check passed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from dataclasses import dataclass
 from channels.plugin import CheckSkippedError
 from channels.registry import channel_plugins
 from gateway.runtime import open_transcript_store
+from gateway.runtime_settings import tool_settings
 from gateway.settings import GatewayConfig
+from sessions.mcp_servers import McpServer, McpServerSettings, qualified_name
 from storage.database import Database
 
 CHECK_TIMEOUT_SECONDS = 10.0
@@ -49,6 +52,7 @@ async def run_checks(config: GatewayConfig) -> list[CheckResult]:
         ("transcript store", lambda: check_transcripts(config)),
         *channel_checks(config),
         ("anthropic api", lambda: check_anthropic(config)),
+        *mcp_server_checks(config),
     ]
     results = []
     for name, check in checks:
@@ -135,6 +139,33 @@ async def check_anthropic(config: GatewayConfig) -> str:
         await client.close()
     first = page.data[0].id if page.data else "no models"
     return f"{llm.base_url or 'api.anthropic.com'} answers ({first})"
+
+
+def mcp_server_checks(config: GatewayConfig) -> list[tuple[str, Callable[[], Awaitable[str]]]]:
+    """One check per declared MCP server, skipped when the server is not enabled."""
+    enabled = {server.name: server for server in tool_settings(config.tools).servers}
+    return [
+        (
+            f"mcp server {server.name}",
+            functools.partial(check_mcp_server, enabled[server.name])
+            if server.name in enabled
+            else functools.partial(_skip, "not enabled"),
+        )
+        for server in config.tools.mcp_servers
+    ]
+
+
+async def check_mcp_server(settings: McpServerSettings) -> str:
+    """The server starts (stdio) or answers (http) and lists its tools; the exposed ones."""
+    server = McpServer(settings)
+    try:
+        await server.start(wait=CHECK_TIMEOUT_SECONDS - 1)
+        if server.state != "ready":
+            raise RuntimeError(server.error or f"not ready ({server.state})")
+        names = [qualified_name(server.name, tool.name) for tool in server.tools]
+    finally:
+        await server.stop()
+    return f"{settings.transport}: {len(names)} tool(s): {', '.join(names) or 'none exposed'}"
 
 
 def table(results: list[CheckResult]) -> str:

@@ -118,12 +118,37 @@ class GatewayMetrics:
             "Inbound messages stored but not yet answered, at the last scrape.",
             registry=self.registry,
         )
+        self.tool_calls = Counter(
+            "gateway_tool_calls",
+            "Calls of MCP servers' tools, by tool (server__tool).",
+            ["tool"],
+            registry=self.registry,
+        )
+        self.tool_errors = Counter(
+            "gateway_tool_errors",
+            "Tool calls that failed, timed out or returned an error, by tool.",
+            ["tool"],
+            registry=self.registry,
+        )
+        self.tool_latency = Histogram(
+            "gateway_tool_latency_seconds",
+            "Seconds a tool call took, by tool.",
+            ["tool"],
+            registry=self.registry,
+        )
         self.sessions_transitioned = Counter(
             "gateway_session_transitions",
             "Session lifecycle transitions, by target state.",
             ["status"],
             registry=self.registry,
         )
+
+    def tool_called(self, tool: str, seconds: float, failed: bool) -> None:
+        """One tool call (``server__tool``): counted, timed, and counted again if it failed."""
+        self.tool_calls.labels(tool).inc()
+        self.tool_latency.labels(tool).observe(seconds)
+        if failed:
+            self.tool_errors.labels(tool).inc()
 
     def render(self) -> bytes:
         """The registry in Prometheus text exposition format."""

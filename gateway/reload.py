@@ -14,6 +14,8 @@ until the process restarts. From the effective config one function builds the se
 - the engine: prompt, answer length, history budget, compaction, topics, summaries, recall;
 - the turn: routing (scope, archive_after), the budget `/status` shows, the public URL;
 - the jobs: archiving and retention;
+- the tools: servers whose settings changed are started again, removed ones stopped, new ones
+  started, and every server lists its tools again (also when nothing changed);
 - each enabled channel: its adapter's `reconfigure` with the channel's reloadable keys.
 """
 
@@ -78,7 +80,11 @@ async def apply_config(runtime: GatewayRuntime, new: GatewayConfig) -> None:
     resolver.config = effective
     resolver.forget_cached()
     runtime.engine.organizations.clear()  # `sync_identities` wrote the organizations again
-    applied = swap_settings(runtime, runtime_settings(effective))
+    new_settings = runtime_settings(effective)
+    if runtime.toolbox is not None:
+        # Every reload lists the servers' tools again (a server may have changed its own).
+        await runtime.toolbox.reconfigure(new_settings.tools)
+    applied = swap_settings(runtime, new_settings)
     runtime.config = effective
     log.info(
         "config.reloaded",
@@ -106,6 +112,8 @@ def swap_settings(runtime: GatewayRuntime, new: RuntimeSettings) -> list[str]:
     if new.turn != old.turn:
         runtime.dispatcher.processor.reconfigure(new.turn)
         applied.append("turn")
+    if new.tools != old.tools:
+        applied.append("tools")
     if new.jobs != old.jobs:
         runtime.jobs.reconfigure(new.jobs.archive_after, new.jobs.delete_after)
         applied.append("jobs")

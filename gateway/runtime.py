@@ -36,6 +36,7 @@ from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from sessions.recall import RecallSearch
 from sessions.recall_reference import session_referenced
 from sessions.routing import SessionThreads
+from sessions.toolbox import McpToolbox
 from sessions.turn import TurnService
 from storage.column_types import utcnow
 from storage.database import Database
@@ -109,6 +110,7 @@ def open_engine(
     *,
     on_archive_failed: Callable[[], None] | None = None,
     settings: RuntimeSettings | None = None,
+    toolbox: McpToolbox | None = None,
 ) -> SessionEngine:
     """The session engine with the config's budget, compaction, summary and recall settings."""
     settings = settings or runtime_settings(config)
@@ -126,6 +128,7 @@ def open_engine(
         settings.engine,
         clock=clock,
         recall=settings.recall,
+        toolbox=toolbox,
     )
 
 
@@ -170,6 +173,8 @@ class GatewayRuntime:
     # worker (no HTTP, no email listener, no migrations).
     role: Role = "all"
     notifier: InboxNotifier | None = None
+    # The MCP servers (None in a process that runs no turns).
+    toolbox: McpToolbox | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -204,6 +209,8 @@ class GatewayRuntime:
             raise
         runtime = cls._wire(config, database, transcripts, clock, role)
         try:
+            if runtime.toolbox is not None:
+                await runtime.toolbox.start()
             if role != "turns":
                 for adapter in runtime.adapters.values():
                     await adapter.start()
@@ -241,6 +248,10 @@ class GatewayRuntime:
         adapters: dict[ChannelType, ChannelAdapter] = {}
         outbox = OutboxSender(database, adapters, metrics, clock=clock)
         work_slots = WorkSlots()
+        # Only processes that run turns start the tool servers.
+        toolbox = (
+            McpToolbox(settings.tools, on_call=metrics.tool_called) if role != "accept" else None
+        )
         engine = open_engine(
             config,
             database,
@@ -249,6 +260,7 @@ class GatewayRuntime:
             clock,
             on_archive_failed=metrics.archive_failures.inc,
             settings=settings,
+            toolbox=toolbox,
         )
         service = TurnService(
             database,
@@ -343,6 +355,7 @@ class GatewayRuntime:
             adapters=adapters,
             role=role,
             notifier=notifier,
+            toolbox=toolbox,
         )
 
     async def refresh_gauges(self) -> None:
@@ -385,6 +398,8 @@ class GatewayRuntime:
         if self.notifier is not None:
             await self.notifier.close()
         await self.locks.close()
+        if self.toolbox is not None:
+            await self.toolbox.close()
         await self.engine.llm.close()
         await self.database.dispose()
         log.info("gateway.stopped")

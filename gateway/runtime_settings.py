@@ -16,11 +16,14 @@ from typing import Any
 
 from channels.base import ChannelType
 from channels.registry import channel_plugins
-from gateway.settings import GatewayConfig
+from gateway.settings import GatewayConfig, ToolsConfig
 from gateway.turns import TurnSettings
 from sessions.compaction import CompactionPolicy
 from sessions.engine_values import EngineSettings, RecallSettings
+from sessions.mcp_servers import McpServerSettings
 from sessions.routing import RoutingPolicy
+from sessions.tool_policy import PolicyRule, ToolPolicy
+from sessions.toolbox import ToolSettings
 
 # Config keys (a section, or one key in it) that only a restart applies: what opens sockets,
 # pools, stores and clients, or decides how many of them there are. Every other key of the
@@ -63,6 +66,8 @@ RELOADABLE: tuple[str, ...] = (
     "organizations",
     "identity",
     "retention",
+    # Servers whose settings changed are started again, the others list their tools again.
+    "tools",
 )
 
 
@@ -83,6 +88,7 @@ class RuntimeSettings:
     resume_by_reference: bool
     turn: TurnSettings
     jobs: JobSettings
+    tools: ToolSettings
     # Each enabled channel's adapter settings (the type its plugin's `settings_of` returns).
     channels: Mapping[ChannelType, Any]
 
@@ -129,9 +135,43 @@ def runtime_settings(config: GatewayConfig) -> RuntimeSettings:
             archive_after=sessions.archive_after,
             delete_after=timedelta(days=retention_days) if retention_days else None,
         ),
+        tools=tool_settings(config.tools),
         channels={
             plugin.channel_type: plugin.settings_of(section)
             for plugin in channel_plugins()
             if plugin.enabled(section := config.channels.section(plugin.name))
         },
+    )
+
+
+def tool_settings(tools: ToolsConfig) -> ToolSettings:
+    """The ``tools:`` section as the session layer's values (secrets revealed here only)."""
+    return ToolSettings(
+        max_rounds=tools.max_rounds,
+        confirm_within=tools.confirm_within,
+        servers=tuple(
+            McpServerSettings(
+                name=server.name,
+                transport=server.transport,
+                command=server.command or "",
+                args=server.args,
+                env=tuple((name, value.get_secret_value()) for name, value in server.env.items()),
+                url=server.url or "",
+                headers=tuple(
+                    (name, value.get_secret_value()) for name, value in server.headers.items()
+                ),
+                timeout=server.timeout,
+                max_result_chars=server.max_result_chars,
+                expose=server.expose,
+                confirm=server.confirm,
+            )
+            for server in tools.mcp_servers
+            if server.enabled
+        ),
+        policy=ToolPolicy(
+            tuple(
+                PolicyRule(orgs=rule.orgs, users=rule.users, allow=rule.allow, deny=rule.deny)
+                for rule in tools.policy
+            )
+        ),
     )

@@ -50,6 +50,7 @@ from gateway.identity_settings import (
     ProvisionConfig,
     UserConfig,
 )
+from gateway.tools_settings import McpServerConfig, ToolPolicyRuleConfig, ToolsConfig
 from primitives.config_types import (
     Duration,
     Loc,
@@ -71,6 +72,7 @@ __all__ = [
     "IdentityConfig",
     "LLMConfig",
     "LoggingConfig",
+    "McpServerConfig",
     "OrganizationConfig",
     "ProvisionConfig",
     "RecallConfig",
@@ -79,6 +81,8 @@ __all__ = [
     "SessionsConfig",
     "StorageConfig",
     "StrictModel",
+    "ToolPolicyRuleConfig",
+    "ToolsConfig",
     "TranscriptsConfig",
     "UserConfig",
     "parse_duration",
@@ -322,6 +326,7 @@ class GatewayConfig(StrictModel):
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
 
     @field_validator("organizations")
     @classmethod

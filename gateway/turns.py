@@ -347,6 +347,7 @@ class TurnProcessor:
                     now=now,
                     transcripts=self.transcripts,
                     public_url=self.settings.public_url,
+                    tools=self.service.engine.toolbox,
                 ),
             )
             reply = await self._enqueue(

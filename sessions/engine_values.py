@@ -77,6 +77,10 @@ class TurnOutcome:
     output_tokens: int
     context_tokens: int
     compacted: bool
+    # The tools that ran in this turn (for the session's `skills_activated`).
+    tools_used: tuple[str, ...] = ()
+    # A tool call the turn asks the user to confirm (its reply is the question).
+    confirmation: ToolRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,7 @@ class ContextReads:
     exclusions: RecallExclusions = field(default_factory=RecallExclusions)
     # Passages of earlier conversations recall found for the pending message.
     earlier: tuple[EarlierExcerpt, ...] = ()
+    org_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +114,27 @@ class LoadedContext:
     user_id: str
     recall_exclusions: RecallExclusions = field(default_factory=RecallExclusions)
     session_id: str = ""
+    org_id: str = ""
+    # The tools this user may use in this turn, by the name the model sees (the tools in
+    # the request are these; a call of any other name is refused).
+    offered_tools: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRequest:
+    """A tool call waiting for the user's yes: which tool, with what input, until when."""
+
+    tool_name: str
+    tool_input: Mapping[str, Any]
+    question: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmedCall:
+    """A confirmed tool call the turn runs before calling the model (None: the user did
+    not confirm, and `notice` says why it was not run)."""
+
+    request: ToolRequest
+    confirmed: bool
+    notice: str = ""

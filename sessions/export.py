@@ -27,6 +27,7 @@ def session_record(session: Session) -> dict[str, Any]:
         "last_active": session.last_active_at.isoformat(),
         "topic_summary": session.topic_summary,
         "topics": list(session.topics),
+        "skills_activated": list(session.skills_activated),
         "input_tokens": session.input_tokens,
         "output_tokens": session.output_tokens,
     }

@@ -18,6 +18,10 @@ retries do not cure) before the write leaves the event pending and the session a
 the next attempt starts from the beginning with nothing to undo. A model failure that
 outlasts the retries is answered with an apology in the same write, the user's message kept.
 
+A tool call waiting for the user's yes (`tool_confirmations`) is read with the context and
+answered by this message (`answer_to`): the write removes it, and stores the one this turn
+asks about, if any, with the tools the turn used (`skills_activated`).
+
 The gateway hands in a `UserTurn` (plain values: no channel payload, an opaque reply context)
 and gets back a `TurnResult`; it sends the committed reply and then calls `after_reply`.
 """
@@ -39,15 +43,17 @@ from errors import LLMError, StorageError
 from sessions.compaction import transcript_line
 from sessions.context import HistoryMessage
 from sessions.engine import SessionEngine
-from sessions.engine_values import NewMessage, TurnOutcome
+from sessions.engine_values import ConfirmedCall, NewMessage, ToolRequest, TurnOutcome
 from sessions.llm import estimate_tokens
 from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.routing import Arrival, RoutingPolicy, resolve_session
 from storage.database import Database
 from storage.models import InboundStatus
 from storage.models import OutboundMessage as OutboundRow
+from storage.models import ToolConfirmation as ToolConfirmationRow
 from storage.repositories.outbox import OutboxRepository
 from storage.repositories.sessions import SessionRepository
+from storage.repositories.tool_confirmations import ToolConfirmationRepository
 from storage.transcripts import SessionRef, TranscriptLine, TranscriptStore
 from storage.turn_store import (
     MessageToStore,
@@ -186,6 +192,12 @@ class TurnService:
             reads = await self.engine.read_context(
                 db, session, thread_id=arrival.thread_id, pending=pending
             )
+            waiting = await ToolConfirmationRepository(db).waiting(session_id)
+            confirmed = (
+                answer_to(waiting_request(waiting), turn.text, now=now)
+                if waiting is not None and waiting.user_id == arrival.user_id
+                else None
+            )
         loaded = self.engine.context_from(reads)
         structlog.contextvars.bind_contextvars(session_id=session_id)
         log.info("turn.started", route=route.reason)
@@ -194,7 +206,11 @@ class TurnService:
         failure = None
         try:
             outcome = await self.engine.reply(
-                loaded, thread_id=arrival.thread_id, pending=pending, progress=progress
+                loaded,
+                thread_id=arrival.thread_id,
+                pending=pending,
+                progress=progress,
+                confirmed=confirmed,
             )
         except LLMError as exc:
             log.error("llm.failed", error=str(exc))
@@ -242,6 +258,7 @@ class TurnService:
                 if outcome
                 else None,
             )
+            await self._record_tools(db, session_id, arrival.user_id, confirmed, outcome, now=now)
             await SessionRepository(db).record_channel(
                 session_id,
                 arrival.channel_type,
@@ -345,6 +362,42 @@ class TurnService:
             log.warning("session.topic_failed", error=str(exc))
             return None
 
+    @staticmethod
+    async def _record_tools(
+        db: AsyncSession,
+        session_id: str,
+        user_id: str,
+        confirmed: ConfirmedCall | None,
+        outcome: TurnOutcome | None,
+        *,
+        now: datetime,
+    ) -> None:
+        """The tools the turn used, the waiting call it answered, the one it asks about."""
+        confirmations = ToolConfirmationRepository(db)
+        if confirmed is not None:
+            await confirmations.resolve(session_id)
+            log.info(
+                "tools.confirmation_answered",
+                tool=confirmed.request.tool_name,
+                confirmed=confirmed.confirmed,
+                expired=now > confirmed.request.expires_at,
+            )
+        if outcome is None:
+            return
+        if outcome.tools_used:
+            await SessionRepository(db).record_tools_used(session_id, outcome.tools_used)
+        asked = outcome.confirmation
+        if asked is not None:
+            await confirmations.ask(
+                session_id,
+                user_id,
+                tool_name=asked.tool_name,
+                tool_input=asked.tool_input,
+                question=asked.question,
+                at=now,
+                expires_at=asked.expires_at,
+            )
+
     async def _enqueue(
         self,
         db: AsyncSession,
@@ -378,3 +431,23 @@ class TurnService:
             claimed_until=at + self.reply_lease,
         )
         return None if address.delivered_on_store else row
+
+
+YES_ANSWERS = frozenset({"yes", "y"})
+
+
+def waiting_request(row: ToolConfirmationRow) -> ToolRequest:
+    """The stored waiting call as the engine's value."""
+    return ToolRequest(row.tool_name, dict(row.tool_input), row.question, row.expires_at)
+
+
+def answer_to(request: ToolRequest, text: str, *, now: datetime) -> ConfirmedCall:
+    """What the user's message says to a waiting call: only a plain yes in time runs it."""
+    name = request.tool_name
+    if now > request.expires_at:
+        return ConfirmedCall(
+            request, False, f"(The request to run `{name}` had expired: it was not run.)"
+        )
+    if text.strip().lower().rstrip(".!") in YES_ANSWERS:
+        return ConfirmedCall(request, True)
+    return ConfirmedCall(request, False, f"(Cancelled: `{name}` was not run.)")

@@ -401,3 +401,21 @@ class RecallEntry(Base):
     channel_type: Mapped[str] = mapped_column(String(16), default="")
     occurred_at: Mapped[datetime]
     body: Mapped[str] = mapped_column(Text)
+
+
+class ToolConfirmation(Base):
+    """A tool call waiting for its user's yes: asked in a session's reply, run (or dropped)
+    at that session's next message. One at a time per session; kept in the database so that
+    a restart between the question and the answer changes nothing."""
+
+    __tablename__ = "tool_confirmations"
+
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    tool_name: Mapped[str] = mapped_column(String(200))
+    tool_input: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    question: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]

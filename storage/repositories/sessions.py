@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -288,3 +288,17 @@ class SessionRepository:
         """Delete the session and, by cascade, its channels, messages and compactions."""
         result = await self.session.execute(delete(Session).where(Session.id == session_id))
         return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def record_tools_used(self, session_id: str, names: Iterable[str]) -> None:
+        """Add `names` to the session's `skills_activated` (each once, first use first)."""
+        current = await self.session.scalar(
+            select(Session.skills_activated).where(Session.id == session_id)
+        )
+        used = list(current or [])
+        added = [name for name in dict.fromkeys(names) if name not in used]
+        if added:
+            await self.session.execute(
+                update(Session)
+                .where(Session.id == session_id)
+                .values(skills_activated=used + added)
+            )

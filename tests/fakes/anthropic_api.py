@@ -57,6 +57,8 @@ class Scripted:
     error_type: str = "overloaded_error"
     headers: dict[str, str] = field(default_factory=dict)
     tool_use: dict[str, Any] | None = None
+    # Several tool calls in one answer (the model asks for them side by side).
+    tool_uses: tuple[dict[str, Any], ...] = ()
     text: str | None = None
     delay: float = 0.0
     raw: str | None = None  # a body sent as it is (a malformed answer)
@@ -308,10 +310,14 @@ class FakeAnthropicAPI:
             )
         content: list[dict[str, Any]]
         stop_reason = "end_turn"
-        if scripted.tool_use is not None:
+        uses = [scripted.tool_use] if scripted.tool_use is not None else list(scripted.tool_uses)
+        if uses:
             content = [
                 {"type": "text", "text": "Let me check."},
-                {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:12]}", **scripted.tool_use},
+                *(
+                    {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:12]}", **use}
+                    for use in uses
+                ),
             ]
             stop_reason = "tool_use"
         else:

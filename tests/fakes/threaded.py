@@ -13,10 +13,16 @@ from starlette.types import ASGIApp
 class ThreadedServer:
     """`start()` serves `app` on 127.0.0.1:`port` and returns once it listens; `stop()` ends it."""
 
-    def __init__(self, app: ASGIApp, port: int, name: str) -> None:
+    def __init__(self, app: ASGIApp, port: int, name: str, *, lifespan: bool = False) -> None:
         self.name = name
         self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off")
+            uvicorn.Config(
+                app,
+                host="127.0.0.1",
+                port=port,
+                log_config=None,
+                lifespan="on" if lifespan else "off",
+            )
         )
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 

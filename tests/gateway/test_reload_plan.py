@@ -208,6 +208,12 @@ def check_recall_tool(old: RuntimeSettings, new: RuntimeSettings) -> None:
     assert differing(old.recall, new.recall) == {"tool"}
 
 
+def check_tools(old: RuntimeSettings, new: RuntimeSettings) -> None:
+    assert differing(old.tools, new.tools) == {"max_rounds", "policy"}
+    assert new.tools.max_rounds == 3
+    assert new.tools.policy.allows("acme", "alice", "crm__lookup")
+
+
 def check_web_tokens(old: RuntimeSettings, new: RuntimeSettings) -> None:
     assert set(old.channels) == set(new.channels) == {ChannelType.WEB, ChannelType.SLACK}
     changed = {kind for kind in old.channels if old.channels[kind] != new.channels[kind]}
@@ -241,8 +247,22 @@ def check_web_tokens(old: RuntimeSettings, new: RuntimeSettings) -> None:
             {"channels"},
             check_web_tokens,
         ),
+        (
+            {"tools": {"max_rounds": 3, "policy": [{"orgs": ["acme"], "allow": ["crm__*"]}]}},
+            {"tools"},
+            check_tools,
+        ),
     ],
-    ids=["budget", "recall_off", "retention", "prompt", "compaction", "recall_tool", "web_tokens"],
+    ids=[
+        "budget",
+        "recall_off",
+        "retention",
+        "prompt",
+        "compaction",
+        "recall_tool",
+        "web_tokens",
+        "tools",
+    ],
 )
 def test_a_reloadable_change_changes_only_the_settings_it_feeds(
     changes: dict[str, Any], parts: set[str], check: Any
