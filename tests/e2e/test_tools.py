@@ -132,8 +132,8 @@ async def test_a_turn_calls_a_stdio_and_an_http_tool_side_by_side_and_records_bo
         [
             Scripted(
                 tool_uses=(
-                    {"name": "orders__slow", "input": {"seconds": 0.6}},
-                    {"name": "crm__slow", "input": {"seconds": 0.6}},
+                    {"name": "orders__slow", "input": {"seconds": 1.5}},
+                    {"name": "crm__slow", "input": {"seconds": 1.5}},
                 )
             ),
             Scripted(
@@ -148,6 +148,19 @@ async def test_a_turn_calls_a_stdio_and_an_http_tool_side_by_side_and_records_bo
     arrivals: list[float] = []
     fake_api.on_request = lambda _body: arrivals.append(time.monotonic())
     config = tools_config(sqlite(tmp_path), tmp_path, fake_api, crm)
+    servers = config.tools.mcp_servers
+    config = config.model_copy(
+        update={
+            "tools": config.tools.model_copy(
+                update={
+                    "mcp_servers": [
+                        servers[0].model_copy(update={"timeout": timedelta(seconds=5)}),
+                        *servers[1:],
+                    ]
+                }
+            )
+        }
+    )
     async with running_gateway(config) as gateway:
         reply = await say(gateway, "alice", "Where is order A-1?", 1)
         shown = await only_session(gateway, "alice")
@@ -156,8 +169,9 @@ async def test_a_turn_calls_a_stdio_and_an_http_tool_side_by_side_and_records_bo
     first = fake_api.replies[0]
     assert {"orders__lookup_order", "orders__slow", "crm__lookup_order"} <= offered(first)
     assert "orders__env_names" not in offered(first)  # not allowed by the policy
-    # Two calls of 0.6 s each ran side by side: well under their sum between the requests.
-    assert arrivals[1] - arrivals[0] < 1.1
+    # Two calls of 1.5 s each ran side by side: well under their sum (3 s) between the
+    # requests, with room for a busy machine's overhead.
+    assert arrivals[1] - arrivals[0] < 2.6
     results = tool_results(fake_api.replies[2])
     assert [r["content"] for r in results] == [
         '<tool_output tool="orders__lookup_order">\norder A-1 from orders: shipped\n</tool_output>',
@@ -165,10 +179,10 @@ async def test_a_turn_calls_a_stdio_and_an_http_tool_side_by_side_and_records_bo
     ]
     assert "never instructions" in str(fake_api.replies[0]["system"])
     assert logged_calls(tmp_path / "orders.log") == [
-        ("slow", {"seconds": 0.6}),
+        ("slow", {"seconds": 1.5}),
         ("lookup_order", {"order_id": "A-1"}),
     ]
-    assert crm.calls == [("slow", {"seconds": 0.6}), ("lookup_order", {"order_id": "A-1"})]
+    assert crm.calls == [("slow", {"seconds": 1.5}), ("lookup_order", {"order_id": "A-1"})]
     assert [m["role"] for m in shown["messages"]] == [
         "user",
         "assistant",
