@@ -1,0 +1,315 @@
+"""The vectors of dense recall: one embedding per recall entry, and the nearest ones to a query.
+
+Storage (`recall_vectors`, migration 0007): a row per embedded entry, the vector as float16
+bytes, written in the transaction that writes the entry's source row (`write_turn_vectors`
+for the messages of a turn, `write_source_vectors` for summaries), removed with the entry (a
+foreign key) and when its text changes (a trigger). The embedding model is not storage's: a
+`TextEmbedder` reaches the writers through the database session's `info`
+(`EMBEDDER_KEY`, set by `storage.database.Database.use_embedder`); without one nothing is
+embedded and dense recall finds nothing.
+
+Search (`VectorIndex`): both backends keep the vectors in the database and search them in
+process, as one float32 matrix per user held in memory and read on incrementally (the rows
+with a larger entry id than the last one read), so a search reads only what was written since
+the previous one and scores all of the user's entries with one matrix product (about 6 ms for
+100,000 entries; `bench/recall_latency.py`). PostgreSQL's pgvector would do the same in the
+server, but the server here does not have it, and a portable table costs nothing on either
+backend. Entries deleted since they were read are dropped from the matrix when a search finds
+them gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import Table, bindparam, delete, insert, select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage.column_types import UTCDateTime
+from storage.database import EMBEDDER_KEY
+from storage.models import RecallEntry, RecallVector
+from storage.recall_entries import ENTRY_COLUMNS, IndexedText, indexed_text
+
+Vectors = npt.NDArray[np.float32]
+VECTORS: Table = RecallVector.__table__  # type: ignore[assignment]
+
+
+class TextEmbedder(Protocol):
+    """Turns texts into unit-length vectors (`sessions.recall_embedding.StaticEmbedder`)."""
+
+    model_id: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """One row per text."""
+        ...
+
+
+def embedder_of(db: AsyncSession) -> TextEmbedder | None:
+    """The embedder the session's database was given, if any."""
+    embedder: TextEmbedder | None = db.info.get(EMBEDDER_KEY)
+    return embedder
+
+
+def encode_vector(vector: Vectors) -> bytes:
+    """A vector as stored: float16, little-endian."""
+    return vector.astype("<f2").tobytes()
+
+
+def decode_vectors(blobs: Sequence[bytes], dimensions: int) -> Vectors:
+    """Stored vectors as one float32 matrix (a row per blob)."""
+    if not blobs:
+        return np.zeros((0, dimensions), dtype=np.float32)
+    joined = np.frombuffer(b"".join(blobs), dtype="<f2").reshape(len(blobs), dimensions)
+    return joined.astype(np.float32)
+
+
+_INSERT_TURN = text(
+    """INSERT INTO recall_vectors (entry_id, user_id, kind, model, vector)
+    SELECT e.id, e.user_id, e.kind, :model, :vector FROM recall_entries e
+    WHERE e.session_id = :session_id AND e.seq = :seq AND e.kind = 'turn'"""
+)
+_INSERT_SOURCE = text(
+    """INSERT INTO recall_vectors (entry_id, user_id, kind, model, vector)
+    SELECT e.id, e.user_id, e.kind, :model, :vector FROM recall_entries e
+    WHERE e.kind = :kind AND e.source_id = :source_id"""
+)
+
+
+async def write_turn_vectors(
+    db: AsyncSession, session_id: str, messages: Sequence[tuple[int, str, str]]
+) -> int:
+    """Embed the indexed ones of a turn's messages, given as (seq, role, content), and store
+    their vectors (one statement for the turn); how many were embedded. Nothing without an
+    embedder."""
+    embedder = embedder_of(db)
+    indexed = [
+        (seq, content)
+        for seq, role, content in messages
+        if role in ("user", "assistant") and content.strip()
+    ]
+    if embedder is None or not indexed:
+        return 0
+    vectors = embedder.embed([content for _, content in indexed])
+    await db.execute(
+        _INSERT_TURN,
+        [
+            {
+                "session_id": session_id,
+                "seq": seq,
+                "model": embedder.model_id,
+                "vector": encode_vector(vector),
+            }
+            for (seq, _), vector in zip(indexed, vectors, strict=True)
+        ],
+    )
+    return len(indexed)
+
+
+async def write_source_vectors(
+    db: AsyncSession, kind: str, items: Sequence[tuple[int, str]]
+) -> int:
+    """Store the vectors of summaries or compactions given as (source row id, text); how many
+    were embedded. Nothing without an embedder."""
+    embedder = embedder_of(db)
+    items = [(source_id, body) for source_id, body in items if body.strip()]
+    if embedder is None or not items:
+        return 0
+    vectors = embedder.embed([body for _, body in items])
+    await db.execute(
+        _INSERT_SOURCE,
+        [
+            {
+                "kind": kind,
+                "source_id": source_id,
+                "model": embedder.model_id,
+                "vector": encode_vector(vector),
+            }
+            for (source_id, _), vector in zip(items, vectors, strict=True)
+        ],
+    )
+    return len(items)
+
+
+async def rebuild_vectors(
+    db: AsyncSession,
+    embedder: TextEmbedder,
+    *,
+    batch: int = 2_000,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Embed every recall entry again (after `RecallIndexRepository.rebuild`, or to change
+    the model); how many. `on_progress(done, total)` is called after each batch."""
+    await db.execute(delete(RecallVector))
+    total = len((await db.execute(select(RecallEntry.id))).all())
+    done, last_id = 0, 0
+    while True:
+        rows = (
+            await db.execute(
+                select(RecallEntry.id, RecallEntry.user_id, RecallEntry.kind, RecallEntry.body)
+                .where(RecallEntry.id > last_id)
+                .order_by(RecallEntry.id)
+                .limit(batch)
+            )
+        ).all()
+        if not rows:
+            break
+        vectors = embedder.embed([row.body for row in rows])
+        await db.execute(
+            insert(VECTORS),
+            [
+                {
+                    "entry_id": row.id,
+                    "user_id": row.user_id,
+                    "kind": row.kind,
+                    "model": embedder.model_id,
+                    "vector": encode_vector(vector),
+                }
+                for row, vector in zip(rows, vectors, strict=True)
+            ],
+        )
+        done += len(rows)
+        last_id = rows[-1].id
+        if on_progress is not None:
+            on_progress(done, total)
+    return done
+
+
+@dataclass(slots=True)
+class _UserMatrix:
+    """One user's vectors as read so far: rows [0, size) of the buffers are live."""
+
+    last_entry_id: int = 0
+    size: int = 0
+    ids: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    kinds: npt.NDArray[np.int8] = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
+    matrix: Vectors = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+
+    def append(self, ids: Sequence[int], kinds: Sequence[int], vectors: Vectors) -> None:
+        """Add rows, growing the buffers by doubling (a search adds a few rows at a time)."""
+        needed = self.size + len(ids)
+        if needed > len(self.ids):
+            capacity = max(needed, 2 * len(self.ids), 64)
+            grown = np.zeros((capacity, vectors.shape[1]), dtype=np.float32)
+            grown[: self.size] = self.matrix[: self.size]
+            self.matrix = grown
+            self.ids = np.resize(self.ids, capacity)
+            self.kinds = np.resize(self.kinds, capacity)
+        self.ids[self.size : needed] = ids
+        self.kinds[self.size : needed] = kinds
+        self.matrix[self.size : needed] = vectors
+        self.size = needed
+        self.last_entry_id = max(self.last_entry_id, int(ids[-1]))
+
+
+_KIND_CODES = {"turn": 1, "summary": 2, "compaction": 3}
+_GONE = 0
+
+_READ_ENTRIES = (
+    text(
+        f"""SELECT {ENTRY_COLUMNS} FROM recall_entries e
+    WHERE e.id IN :ids AND e.user_id = :user_id"""  # noqa: S608  (our own column list)
+    )
+    .bindparams(bindparam("ids", expanding=True))
+    .columns(occurred_at=UTCDateTime())
+)
+
+
+class VectorIndex:
+    """The users' vectors in memory, bounded by `max_rows` in all (least recently searched
+    users are forgotten first, and read again when next searched)."""
+
+    def __init__(self, embedder: TextEmbedder, *, max_rows: int = 2_000_000) -> None:
+        self.embedder = embedder
+        self.max_rows = max_rows
+        self._users: OrderedDict[str, _UserMatrix] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def embed_query(self, query: str) -> Vectors:
+        """The query's vector."""
+        vector: Vectors = self.embedder.embed([query])[0]
+        return vector
+
+    async def nearest(
+        self,
+        db: AsyncSession,
+        user_id: str,
+        vector: Vectors,
+        *,
+        kinds: Sequence[str],
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """The ids of the user's entries of these kinds nearest to `vector`, with their cosine
+        similarity, best first."""
+        user = await self._read_on(db, user_id)
+        if user.size == 0 or limit < 1 or not np.any(vector):
+            return []
+        codes = np.array([_KIND_CODES[kind] for kind in kinds], dtype=np.int8)
+        scores = user.matrix[: user.size] @ vector
+        scores[~np.isin(user.kinds[: user.size], codes)] = -np.inf
+        take = min(limit, user.size)
+        best = np.argpartition(-scores, take - 1)[:take]
+        best = best[np.argsort(-scores[best])]
+        return [(int(user.ids[i]), float(scores[i])) for i in best if np.isfinite(scores[i])]
+
+    async def entries(
+        self, db: AsyncSession, user_id: str, found: Sequence[tuple[int, float]]
+    ) -> list[IndexedText]:
+        """The entries of `nearest`'s result, in its order, scored by similarity; entries
+        deleted since are left out (and forgotten)."""
+        if not found:
+            return []
+        rows = await db.execute(_READ_ENTRIES, {"ids": [i for i, _ in found], "user_id": user_id})
+        by_id = {row[0]: row for row in rows}
+        gone = [entry_id for entry_id, _ in found if entry_id not in by_id]
+        if gone and (user := self._users.get(user_id)) is not None:
+            user.kinds[np.isin(user.ids[: user.size], gone)] = _GONE
+        return [indexed_text(tuple(by_id[i]), score) for i, score in found if i in by_id]
+
+    def forget(self, user_id: str | None = None) -> None:
+        """Drop a user's matrix (or everyone's): the next search reads it again."""
+        if user_id is None:
+            self._users.clear()
+        else:
+            self._users.pop(user_id, None)
+
+    async def _read_on(self, db: AsyncSession, user_id: str) -> _UserMatrix:
+        lock = self._locks.setdefault(user_id, asyncio.Lock())
+        async with lock:
+            user = self._users.get(user_id)
+            if user is None:
+                user = self._users[user_id] = _UserMatrix(
+                    matrix=np.zeros((0, self.embedder.dimensions), dtype=np.float32)
+                )
+            self._users.move_to_end(user_id)
+            rows = (
+                await db.execute(
+                    select(RecallVector.entry_id, RecallVector.kind, RecallVector.vector)
+                    .where(
+                        RecallVector.user_id == user_id,
+                        RecallVector.entry_id > user.last_entry_id,
+                        RecallVector.model == self.embedder.model_id,
+                    )
+                    .order_by(RecallVector.entry_id)
+                )
+            ).all()
+            if rows:
+                user.append(
+                    [row.entry_id for row in rows],
+                    [_KIND_CODES.get(row.kind, _GONE) for row in rows],
+                    decode_vectors([row.vector for row in rows], self.embedder.dimensions),
+                )
+                self._evict()
+            return user
+
+    def _evict(self) -> None:
+        total = sum(user.size for user in self._users.values())
+        while total > self.max_rows and len(self._users) > 1:
+            _, dropped = self._users.popitem(last=False)
+            total -= dropped.size
