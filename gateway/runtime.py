@@ -34,6 +34,7 @@ from sessions.compaction import Compactor
 from sessions.engine import SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from sessions.recall import RecallSearch
+from sessions.recall_embedding import installed_embedder
 from sessions.recall_reference import session_referenced
 from sessions.routing import SessionThreads
 from sessions.turn import TurnService
@@ -126,6 +127,7 @@ def open_engine(
         settings.engine,
         clock=clock,
         recall=settings.recall,
+        embedder=installed_embedder(),
     )
 
 

@@ -20,6 +20,7 @@ from gateway.settings import GatewayConfig
 from gateway.turns import TurnSettings
 from sessions.compaction import CompactionPolicy
 from sessions.engine_values import EngineSettings, RecallSettings
+from sessions.recall import RecallOptions
 from sessions.routing import RoutingPolicy
 
 # Config keys (a section, or one key in it) that only a restart applies: what opens sockets,
@@ -112,6 +113,7 @@ def runtime_settings(config: GatewayConfig) -> RuntimeSettings:
             auto_hits=recall.auto_hits,
             auto_context_tokens=recall.auto_context_tokens,
             tool=recall.tool,
+            options=RecallOptions(dense=recall.dense),
         )
         if recall.enabled
         else None,

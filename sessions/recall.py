@@ -146,6 +146,7 @@ class RecallOptions:
     dense: bool = True
     dense_candidates: int = 100
     dense_weight: float = 0.6
+    dense_min_similarity: float = 0.65
     rrf_k: int = 60
     fusion: Literal["rrf", "scores"] = "scores"
     second_hop: int = 0
@@ -431,6 +432,8 @@ class _Search:
             kinds=kinds,
             limit=max(self.recall.options.dense_candidates, self.limit),
         )
+        floor = self.recall.options.dense_min_similarity
+        found = [(entry_id, similarity) for entry_id, similarity in found if similarity >= floor]
         entries = await vectors.entries(session, self.user_id, found)
         return [
             entry

@@ -23,6 +23,7 @@ beside the virtual environment (`table_path`); a missing table is distilled on f
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import sys
@@ -110,7 +111,10 @@ def distill_table(files: ModelFiles, *, threads: int = 2) -> Vectors:
         outputs[start : start + len(ids)] = hidden.mean(axis=1)
     words = outputs[_FIRST_WORD_ID:] - outputs[_FIRST_WORD_ID:].mean(axis=0)
     # The principal axes from the 384 x 384 covariance: the same axes as an SVD of the
-    # 28,000 rows, in a fraction of its time.
+    # 28,000 rows, in a fraction of its time. The rows themselves are not centred: the
+    # direction every token shares makes any two texts look alike (cosines around 0.7 between
+    # strangers, hence `RecallOptions.dense_min_similarity`), but ranks better on LoCoMo
+    # (dense alone R@10 0.45 against 0.41 centred).
     _, axes = np.linalg.eigh(words.T @ words)
     table = outputs @ axes[:, ::-1][:, :DIMENSIONS]
     rank = np.maximum(np.arange(size) - _FIRST_WORD_ID + 1, 1)
@@ -169,6 +173,12 @@ def load_embedder(*, build: bool = True) -> StaticEmbedder | None:
     if table is None:
         return None
     return StaticEmbedder(table, files.tokenizer)
+
+
+@functools.cache
+def installed_embedder() -> StaticEmbedder | None:
+    """The installed model, loaded once per process (`load_embedder`)."""
+    return load_embedder()
 
 
 def main() -> int:

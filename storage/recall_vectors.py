@@ -269,7 +269,7 @@ class VectorIndex:
         by_id = {row[0]: row for row in rows}
         gone = [entry_id for entry_id, _ in found if entry_id not in by_id]
         if gone and (user := self._users.get(user_id)) is not None:
-            user.kinds[np.isin(user.ids[: user.size], gone)] = _GONE
+            user.kinds[: user.size][np.isin(user.ids[: user.size], gone)] = _GONE
         return [indexed_text(tuple(by_id[i]), score) for i, score in found if i in by_id]
 
     def forget(self, user_id: str | None = None) -> None:
