@@ -74,27 +74,41 @@ class RecallBounds:
 
 
 AUTOMATIC = RecallBounds(
-    turns=SearchBound(window=500, rare_postings=200, max_terms=8, considered_terms=MAX_QUERY_TERMS),
+    turns=SearchBound(
+        window=500,
+        rare_postings=200,
+        max_terms=8,
+        considered_terms=MAX_QUERY_TERMS,
+        vector_window=20_000,
+    ),
     summaries=SearchBound(
-        window=50, rare_postings=20, max_terms=8, considered_terms=MAX_QUERY_TERMS
+        window=50,
+        rare_postings=20,
+        max_terms=8,
+        considered_terms=MAX_QUERY_TERMS,
+        vector_window=2_000,
     ),
 )
 """The automatic search of every turn: the 500 most recent turns (and 50 summaries), the
 whole history for words in at most 200 turns (20 summaries), the 8 rarest words of the
-message (see `SearchBound`). Sized by what a turn may spend (`bench/context.py`): on
-PostgreSQL the search costs a few milliseconds of the database's time whatever the history."""
+message (see `SearchBound`), and under dense recall the vectors of the 20,000 most recent
+turns (2,000 summaries: a matrix product of about 4 ms). Sized by what a turn may spend
+(`bench/context.py`): on PostgreSQL the search costs a few milliseconds of the database's
+time whatever the history."""
 THOROUGH = RecallBounds(
     turns=SearchBound(
         window=10_000,
         rare_postings=1_000,
         max_terms=MAX_QUERY_TERMS,
         considered_terms=MAX_QUERY_TERMS,
+        vector_window=200_000,
     ),
     summaries=SearchBound(
         window=1_000,
         rare_postings=100,
         max_terms=MAX_QUERY_TERMS,
         considered_terms=MAX_QUERY_TERMS,
+        vector_window=20_000,
     ),
 )
 """The search the model asks for: twenty times the window, five times the rare words'
@@ -151,6 +165,8 @@ class RecallOptions:
     fusion: Literal["rrf", "scores"] = "scores"
     second_hop: int = 0
     second_hop_weight: float = 0.3
+    word_hop: int = 0
+    word_hop_weight: float = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +385,24 @@ class _Search:
         turns = await query.run(index, self.user_id, self.terms)
         if self.vector is not None:
             turns = await self._fuse(session, turns, (TURN,), second_hop=options.second_hop)
+        if options.word_hop > 0 and turns:
+            turns = await self._word_hop(index, query, turns)
         return turns, await self._around(index, turns)
+
+    async def _word_hop(
+        self, index: RecallIndexRepository, query: IndexQuery, turns: list[IndexedText]
+    ) -> list[IndexedText]:
+        """A second full-text search for the words of the best first hits that the question
+        did not use (the index keeps the rarest of them), fused in: the fact that the first
+        hit leads to, said in other words, weeks apart."""
+        options = self.recall.options
+        asked = set(self.terms)
+        seen = " ".join(turn.body for turn in turns[: options.word_hop])
+        further = [term for term in query_terms(seen) if term not in asked]
+        if not further:
+            return turns
+        found = await query.run(index, self.user_id, further)
+        return fuse_scores([(turns, 1.0), (found, options.word_hop_weight)])
 
     async def summaries(self, session: AsyncSession) -> list[IndexedText]:
         """The candidate session and compaction summaries (fused)."""
@@ -425,12 +458,14 @@ class _Search:
     ) -> list[IndexedText]:
         vectors = self.recall.vectors
         assert vectors is not None  # the caller checked
+        bound = self.bounds.turns if TURN in kinds else self.bounds.summaries
         found = await vectors.nearest(
             session,
             self.user_id,
             vector,
             kinds=kinds,
             limit=max(self.recall.options.dense_candidates, self.limit),
+            window=bound.vector_window,
         )
         floor = self.recall.options.dense_min_similarity
         found = [(entry_id, similarity) for entry_id, similarity in found if similarity >= floor]

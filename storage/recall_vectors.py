@@ -210,6 +210,30 @@ class _UserMatrix:
 
 _KIND_CODES = {"turn": 1, "summary": 2, "compaction": 3}
 _GONE = 0
+_GROUP = {"turn": "turns", "summary": "summaries", "compaction": "summaries"}
+_KINDS_OF = {"turns": ("turn",), "summaries": ("summary", "compaction")}
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """A slice of a user's matrix, taken on the event loop (a search reading on may grow the
+    buffers meanwhile; the slice stays whole)."""
+
+    ids: npt.NDArray[np.int64]
+    kinds: npt.NDArray[np.int8]
+    matrix: Vectors
+
+    def best(
+        self, vector: Vectors, codes: npt.NDArray[np.int8], limit: int
+    ) -> list[tuple[int, float]]:
+        """The `limit` rows of these kind codes most similar to `vector`, best first."""
+        scores = self.matrix @ vector
+        scores[~np.isin(self.kinds, codes)] = -np.inf
+        take = min(limit, len(scores))
+        best = np.argpartition(-scores, take - 1)[:take]
+        best = best[np.argsort(-scores[best])]
+        return [(int(self.ids[i]), float(scores[i])) for i in best if np.isfinite(scores[i])]
+
 
 _READ_ENTRIES = (
     text(
@@ -228,8 +252,10 @@ class VectorIndex:
     def __init__(self, embedder: TextEmbedder, *, max_rows: int = 2_000_000) -> None:
         self.embedder = embedder
         self.max_rows = max_rows
-        self._users: OrderedDict[str, _UserMatrix] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
+        # (user, kind group) → matrix: turns apart from summaries, so that a search of the
+        # few summaries does not read the many turns.
+        self._users: OrderedDict[tuple[str, str], _UserMatrix] = OrderedDict()
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def embed_query(self, query: str) -> Vectors:
         """The query's vector."""
@@ -244,19 +270,28 @@ class VectorIndex:
         *,
         kinds: Sequence[str],
         limit: int,
+        window: int | None = None,
     ) -> list[tuple[int, float]]:
         """The ids of the user's entries of these kinds nearest to `vector`, with their cosine
-        similarity, best first."""
-        user = await self._read_on(db, user_id)
-        if user.size == 0 or limit < 1 or not np.any(vector):
-            return []
-        codes = np.array([_KIND_CODES[kind] for kind in kinds], dtype=np.int8)
-        scores = user.matrix[: user.size] @ vector
-        scores[~np.isin(user.kinds[: user.size], codes)] = -np.inf
-        take = min(limit, user.size)
-        best = np.argpartition(-scores, take - 1)[:take]
-        best = best[np.argsort(-scores[best])]
-        return [(int(user.ids[i]), float(scores[i])) for i in best if np.isfinite(scores[i])]
+        similarity, best first; among the `window` most recent of each kind only, if given
+        (a search's cost is then bounded, whatever the history)."""
+        scored: list[tuple[int, float]] = []
+        for group in sorted({_GROUP[kind] for kind in kinds}):
+            user = await self._read_on(db, user_id, group)
+            if user.size == 0 or limit < 1 or not np.any(vector):
+                continue
+            first = 0 if window is None else max(user.size - window, 0)
+            codes = np.array([_KIND_CODES[kind] for kind in kinds], dtype=np.int8)
+            # The product reads the whole matrix (100 MB for 100,000 entries): in a worker
+            # thread (numpy lets the GIL go), so the event loop serves others meanwhile.
+            rows = _Rows(
+                user.ids[first : user.size].copy(),
+                user.kinds[first : user.size].copy(),
+                user.matrix[first : user.size],
+            )
+            scored += await asyncio.to_thread(rows.best, vector, codes, limit)
+        scored.sort(key=lambda found: -found[1])
+        return scored[:limit]
 
     async def entries(
         self, db: AsyncSession, user_id: str, found: Sequence[tuple[int, float]]
@@ -268,32 +303,35 @@ class VectorIndex:
         rows = await db.execute(_READ_ENTRIES, {"ids": [i for i, _ in found], "user_id": user_id})
         by_id = {row[0]: row for row in rows}
         gone = [entry_id for entry_id, _ in found if entry_id not in by_id]
-        if gone and (user := self._users.get(user_id)) is not None:
-            user.kinds[: user.size][np.isin(user.ids[: user.size], gone)] = _GONE
+        if gone:
+            for (user, _), matrix in self._users.items():
+                if user == user_id:
+                    live = matrix.kinds[: matrix.size]
+                    live[np.isin(matrix.ids[: matrix.size], gone)] = _GONE
         return [indexed_text(tuple(by_id[i]), score) for i, score in found if i in by_id]
 
     def forget(self, user_id: str | None = None) -> None:
-        """Drop a user's matrix (or everyone's): the next search reads it again."""
-        if user_id is None:
-            self._users.clear()
-        else:
-            self._users.pop(user_id, None)
+        """Drop a user's matrices (or everyone's): the next search reads them again."""
+        for key in [key for key in self._users if user_id is None or key[0] == user_id]:
+            del self._users[key]
 
-    async def _read_on(self, db: AsyncSession, user_id: str) -> _UserMatrix:
-        lock = self._locks.setdefault(user_id, asyncio.Lock())
+    async def _read_on(self, db: AsyncSession, user_id: str, group: str) -> _UserMatrix:
+        key = (user_id, group)
+        lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
-            user = self._users.get(user_id)
+            user = self._users.get(key)
             if user is None:
-                user = self._users[user_id] = _UserMatrix(
+                user = self._users[key] = _UserMatrix(
                     matrix=np.zeros((0, self.embedder.dimensions), dtype=np.float32)
                 )
-            self._users.move_to_end(user_id)
+            self._users.move_to_end(key)
             rows = (
                 await db.execute(
                     select(RecallVector.entry_id, RecallVector.kind, RecallVector.vector)
                     .where(
                         RecallVector.user_id == user_id,
                         RecallVector.entry_id > user.last_entry_id,
+                        RecallVector.kind.in_(_KINDS_OF[group]),
                         RecallVector.model == self.embedder.model_id,
                     )
                     .order_by(RecallVector.entry_id)

@@ -6,15 +6,22 @@ full-text and vector rankings keeps what either found."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from sessions.compaction import CompactionPolicy, Compactor
+from sessions.engine import SessionEngine
+from sessions.engine_values import EngineSettings, RecallSettings
+from sessions.llm import OfflineLLM
 from sessions.recall import RecallOptions, RecallSearch
 from sessions.recall_embedding import installed_embedder, model_files
 from sessions.recall_ranking import fuse_ranks, fuse_scores
 from storage.database import Database
+from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_entries import IndexedText
 from storage.recall_vectors import VectorIndex
 from tests.sessions.test_recall import conversation
@@ -80,7 +87,7 @@ async def test_the_hybrid_search_finds_a_passage_by_meaning(database: Database) 
             ("assistant", "Good luck with the spreadsheets."),
         ],
     )
-    question = "what did my dog destroy?"
+    question = "which pet damaged the couch?"
     full_text = await RecallSearch(database, RecallOptions(dense=False)).search(
         "alice", question, 3, kinds=("turn",)
     )
@@ -88,3 +95,30 @@ async def test_the_hybrid_search_finds_a_passage_by_meaning(database: Database) 
     hybrid = RecallSearch(database, vectors=VectorIndex(embedder))
     found = await hybrid.search("alice", question, 3, kinds=("turn",))
     assert found[0].message_id == ids[0]
+
+
+@needs_model
+async def test_switching_dense_recall_off_stops_embedding_and_vector_search(
+    database: Database, tmp_path: Path
+) -> None:
+    policy = CompactionPolicy(budget_tokens=50_000)
+    llm = OfflineLLM()
+    on = RecallSettings()
+    engine = SessionEngine(
+        database,
+        Compactor(database, LocalTranscriptStore(tmp_path), llm, policy, clock=lambda: AT),
+        llm,
+        EngineSettings(system_prompt="Be brief.", max_tokens=500, compaction=policy),
+        clock=lambda: AT,
+        recall=on,
+        embedder=installed_embedder(),
+    )
+    assert database.embedder is engine.embedder
+    assert engine.recall is not None
+    assert engine.recall.vectors is engine.vectors
+    engine.reconfigure(engine.settings, replace(on, options=RecallOptions(dense=False)))
+    assert database.embedder is None
+    assert engine.recall.vectors is None
+    engine.reconfigure(engine.settings, on)
+    assert database.embedder is engine.embedder
+    assert engine.recall.vectors is engine.vectors
