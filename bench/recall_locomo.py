@@ -12,8 +12,10 @@ describes (evidence ids normalised; ids missing from the conversation dropped; q
 without evidence skipped).
 
 Several ranking configurations are measured on one load (`--configs`; default: all), so the
-table shows what each idea adds; `--text` changes what is stored as the message text (the
-speaker's name and/or the session date in front of it), to measure indexing those.
+table shows what each idea adds (with the recall model installed, `default` is the hybrid
+search of the gateway and `default-full-text` the same without vectors); `--text` changes
+what is stored as the message text (the speaker's name and/or the session date in front of
+it), to measure indexing those.
 
 `search` is the automatic search of every turn, bounded (`sessions.recall.AUTOMATIC`: the
 500 most recent turns, the whole history for rare words, the 8 rarest words). A LoCoMo
@@ -91,9 +93,13 @@ CONFIGS: dict[str, tuple[RecallOptions, bool]] = {
     ),
     "default-no-speaker": (RecallOptions(speaker_boost=0.0), True),
     "default": (RecallOptions(), True),
-    # Dense recall's parts: full text only (the ranking before it), no second hop.
+    # Dense recall: full text only (the ranking before it), reciprocal-rank fusion instead
+    # of score fusion, and the two multi-hop ideas measured (both off by default): a second
+    # vector search seeded by the first hits, a second word search for their words.
     "default-full-text": (RecallOptions(dense=False), True),
-    "default-no-second-hop": (RecallOptions(second_hop=0), True),
+    "default-rrf": (RecallOptions(fusion="rrf"), True),
+    "default-second-hop": (RecallOptions(second_hop=3), True),
+    "default-word-hop": (RecallOptions(word_hop=1, word_hop_weight=0.5), True),
     "default-thorough": (RecallOptions(automatic=THOROUGH), True),
     "default-window-100": (
         RecallOptions(

@@ -26,6 +26,15 @@ uses a small bound, so its cost does not grow with the user's history; the
 searches with `thorough=True` (`THOROUGH`: a window twenty times larger, five times the rare
 words' postings, every word of the query), thorough but still bounded.
 
+Dense recall (with a `VectorIndex` and `options.dense`): before 2 to 4, the full-text
+candidates of turns, and of summaries, are fused with the entries whose vectors are nearest
+to the query's (`storage.recall_vectors`; cosine at least `dense_min_similarity`, within the
+bound's `vector_window` most recent entries) by `sessions.recall_ranking.fuse_scores`, so a
+passage that says the same thing in other words is found, and 2 to 4 then work on the fused
+scores. Two ideas for multi-hop questions are there, measured and off: `second_hop` (the
+vectors nearest to the question and its best first hits together) and `word_hop` (a second
+word search for the words of the best first hits).
+
 The search is strictly scoped to one user: every index query names the user.
 """
 
