@@ -183,7 +183,8 @@ async def run_backend(
     database = Database(url)
     try:
         await database.upgrade()
-        config = GatewayConfig()
+        # Dense recall as `make run` has it (the example config turns it on).
+        config = GatewayConfig.model_validate({"recall": {"dense": True}})
         engine = open_engine(
             config, database, LocalTranscriptStore(workdir / "transcripts"), OfflineLLM(), utcnow
         )

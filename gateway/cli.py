@@ -195,7 +195,9 @@ def _recall_reindex(args: argparse.Namespace) -> int:
     from storage.recall_index import RecallIndexRepository  # noqa: PLC0415
     from storage.recall_vectors import rebuild_vectors  # noqa: PLC0415
 
-    embedder = installed_embedder() if config.recall.dense else None
+    # Vectors whenever the model is installed: they cost little, and switching dense recall
+    # on (a reload) then finds a complete index.
+    embedder = installed_embedder()
 
     async def reindex() -> tuple[int, int]:
         database = Database(config.storage.database_url, pool_size=1)

@@ -264,8 +264,9 @@ class RecallConfig(StrictModel):
     tool: bool = True
     resume_by_reference: bool = False
     # Dense recall: passages found by meaning as well as by words (an embedding model that
-    # ships with the gateway's packages); without the model installed, it stays off.
-    dense: bool = True
+    # ships with the gateway's packages); without the model installed, it stays off. Off in
+    # the embedded default, like email, on in the example config that `make run` uses.
+    dense: bool = False
 
 
 class RetentionConfig(StrictModel):

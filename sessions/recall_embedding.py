@@ -137,7 +137,9 @@ class StaticEmbedder:
         vectors = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         if not texts:
             return vectors
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        # One text at a time: `encode_batch` hands the texts to a thread pool of its own,
+        # which on a busy machine costs more than the few texts of a turn.
+        encodings = [self._tokenizer.encode(text, add_special_tokens=False) for text in texts]
         for row, encoding in enumerate(encodings):
             if encoding.ids:
                 vectors[row] = self.table[encoding.ids].mean(axis=0)
