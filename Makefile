@@ -20,6 +20,7 @@ $(UV):
 
 $(VENV)/.installed: $(UV) pyproject.toml uv.lock
 	$(UV) sync --frozen --python $(PYTHON)
+	$(BIN)/python -m sessions.recall_embedding
 	touch $@
 
 lock: $(UV)

@@ -30,6 +30,9 @@ migrates it, and loads the users' sessions shaped the way a running gateway leav
   of 5,000 of them, and the current session's last question asks about it, so the search
   has a rare word to find far back as well as common ones nearby.
 
+With the recall model installed, every entry's vector is then written (as `gateway recall
+reindex` does), so the automatic search is hybrid, as in the gateway (`dense_recall`).
+
 Then, with the engine built as the gateway builds it (`open_engine`, offline LLM, recall on),
 it times `assemble_context(session_id)` and `assemble_context(session_id, thread_id)` for a
 thread with recent messages: warm-up calls first, then `--runs` rounds, each round calling
@@ -91,6 +94,7 @@ from storage.column_types import utcnow
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_index import RecallIndexRepository
+from storage.recall_vectors import rebuild_vectors
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_SIZES = (100, 10_000, 100_000)
@@ -179,7 +183,8 @@ async def run_backend(
     database = Database(url)
     try:
         await database.upgrade()
-        config = GatewayConfig()
+        # Dense recall as `make run` has it (the example config turns it on).
+        config = GatewayConfig.model_validate({"recall": {"dense": True}})
         engine = open_engine(
             config, database, LocalTranscriptStore(workdir / "transcripts"), OfflineLLM(), utcnow
         )
@@ -201,6 +206,13 @@ async def run_backend(
                 f"  loaded {settings.history_turns} history turns in {history_load_s:.1f}s "
                 f"and a session of {CURRENT_SESSION_MESSAGES} messages"
             )
+        if engine.embedder is not None:
+            # The rows went in as bulk INSERTs: their vectors are written as `gateway recall
+            # reindex` writes them (a turn writes its own as it stores its messages).
+            began = time.perf_counter()
+            async with database.session() as db:
+                embedded = await rebuild_vectors(db, engine.embedder)
+            progress(f"  embedded {embedded} entries in {time.perf_counter() - began:.1f}s")
         if analyze:
             async with database.engine.begin() as conn:
                 await conn.execute(text("ANALYZE"))
@@ -213,7 +225,11 @@ async def run_backend(
         history_indexed = await indexed_entries(database, HISTORY_USER) if history else 0
     finally:
         await database.dispose()
-    result: dict[str, Any] = {"analyzed": analyze, "sizes": {}}
+    result: dict[str, Any] = {
+        "analyzed": analyze,
+        "dense_recall": engine.vectors is not None and engine.database.embedder is not None,
+        "sizes": {},
+    }
     for size, (main, threaded) in cases.items():
         result["sizes"][str(size)] = {
             **main.figures(),

@@ -12,8 +12,10 @@ describes (evidence ids normalised; ids missing from the conversation dropped; q
 without evidence skipped).
 
 Several ranking configurations are measured on one load (`--configs`; default: all), so the
-table shows what each idea adds; `--text` changes what is stored as the message text (the
-speaker's name and/or the session date in front of it), to measure indexing those.
+table shows what each idea adds (with the recall model installed, `default` is the hybrid
+search of the gateway and `default-full-text` the same without vectors); `--text` changes
+what is stored as the message text (the speaker's name and/or the session date in front of
+it), to measure indexing those.
 
 `search` is the automatic search of every turn, bounded (`sessions.recall.AUTOMATIC`: the
 500 most recent turns, the whole history for rare words, the 8 rarest words). A LoCoMo
@@ -58,13 +60,17 @@ from errors import StorageError
 from gateway.log import configure_logging
 from sessions.lifecycle import transition
 from sessions.recall import THOROUGH, RecallBounds, RecallOptions, RecallSearch
+from sessions.recall_embedding import load_embedder
 from storage.database import Database
 from storage.models import SessionStatus, SessionSummary
 from storage.recall_entries import SearchBound
+from storage.recall_vectors import VectorIndex
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
 
+EMBEDDER = load_embedder()
+"""The installed embedding model (None: the dense configurations measure full text only)."""
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 BACKENDS = ("sqlite", "postgres")
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -87,6 +93,13 @@ CONFIGS: dict[str, tuple[RecallOptions, bool]] = {
     ),
     "default-no-speaker": (RecallOptions(speaker_boost=0.0), True),
     "default": (RecallOptions(), True),
+    # Dense recall: full text only (the ranking before it), reciprocal-rank fusion instead
+    # of score fusion, and the two multi-hop ideas measured (both off by default): a second
+    # vector search seeded by the first hits, a second word search for their words.
+    "default-full-text": (RecallOptions(dense=False), True),
+    "default-rrf": (RecallOptions(fusion="rrf"), True),
+    "default-second-hop": (RecallOptions(second_hop=3), True),
+    "default-word-hop": (RecallOptions(word_hop=1, word_hop_weight=0.5), True),
     "default-thorough": (RecallOptions(automatic=THOROUGH), True),
     "default-window-100": (
         RecallOptions(
@@ -257,7 +270,9 @@ async def measure(
     database: Database, questions: list[Question], dia_of: dict[int, str], options: RecallOptions
 ) -> tuple[dict[str, Any], float]:
     """Run every question; the table and the mean seconds per search."""
-    recall = RecallSearch(database, options)
+    embedder = database.embedder
+    vectors = VectorIndex(embedder) if embedder is not None else None
+    recall = RecallSearch(database, options, vectors=vectors)
     rows: list[tuple[int, tuple[float, float, float]]] = []
     started = time.perf_counter()
     for question in questions:
@@ -278,6 +293,7 @@ async def run_backend(url: str, settings: BenchSettings, postgres: bool) -> dict
             continue
         suffix = "with" if with_summaries else "without"
         database = Database(url.replace("{summaries}", suffix))
+        database.use_embedder(EMBEDDER)
         try:
             await database.upgrade()
             started = time.perf_counter()

@@ -156,7 +156,9 @@ def _recall_search(args: argparse.Namespace) -> int:
     import json  # noqa: PLC0415
 
     from sessions.recall import RecallHit, RecallSearch  # noqa: PLC0415  (SQLAlchemy: lazily)
+    from sessions.recall_embedding import installed_embedder  # noqa: PLC0415
     from storage.database import Database  # noqa: PLC0415
+    from storage.recall_vectors import VectorIndex  # noqa: PLC0415
     from storage.repositories.users import UserRepository  # noqa: PLC0415
 
     async def search() -> list[RecallHit]:
@@ -166,7 +168,9 @@ def _recall_search(args: argparse.Namespace) -> int:
                 if await UserRepository(db).get(args.user) is None:
                     raise GatewayError(f"no user {args.user!r}")
             # An admin's search is the thorough one of the search tool, not a turn's bounded one.
-            return await RecallSearch(database).search(
+            embedder = installed_embedder() if config.recall.dense else None
+            vectors = VectorIndex(embedder) if embedder is not None else None
+            return await RecallSearch(database, vectors=vectors).search(
                 args.user, args.query, max(args.limit, 1), thorough=True
             )
         finally:
@@ -186,19 +190,40 @@ def _recall_search(args: argparse.Namespace) -> int:
 def _recall_reindex(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     configure_logging(config.logging.format, config.logging.level)
+    from sessions.recall_embedding import installed_embedder  # noqa: PLC0415  (numpy: lazily)
     from storage.database import Database  # noqa: PLC0415  (SQLAlchemy: only when needed)
     from storage.recall_index import RecallIndexRepository  # noqa: PLC0415
+    from storage.recall_vectors import rebuild_vectors  # noqa: PLC0415
 
-    async def reindex() -> int:
+    # Vectors whenever the model is installed: they cost little, and switching dense recall
+    # on (a reload) then finds a complete index.
+    embedder = installed_embedder()
+
+    async def reindex() -> tuple[int, int]:
         database = Database(config.storage.database_url, pool_size=1)
         try:
             async with database.session() as db:
-                return await RecallIndexRepository(db).rebuild()
+                entries = await RecallIndexRepository(db).rebuild()
+                vectors = 0
+                if embedder is not None:
+                    vectors = await rebuild_vectors(db, embedder, on_progress=_progress_bar)
+                    sys.stderr.write("\n")
+                return entries, vectors
         finally:
             await database.dispose()
 
-    print(f"recall index rebuilt: {asyncio.run(reindex())} entries")
+    entries, vectors = asyncio.run(reindex())
+    print(f"recall index rebuilt: {entries} entries, {vectors} vectors")
     return EXIT_OK
+
+
+def _progress_bar(done: int, total: int) -> None:
+    """`[#####     ]  52% 5,200/10,000 vectors` on stderr, redrawn in place."""
+    share = done / total if total else 1.0
+    filled = int(share * 30)
+    bar = "#" * filled + " " * (30 - filled)
+    sys.stderr.write(f"\r[{bar}] {share:4.0%} {done:,}/{total:,} vectors")
+    sys.stderr.flush()
 
 
 def _email_parse(args: argparse.Namespace) -> int:

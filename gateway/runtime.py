@@ -34,6 +34,7 @@ from sessions.compaction import Compactor
 from sessions.engine import SessionEngine
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from sessions.recall import RecallSearch
+from sessions.recall_embedding import installed_embedder
 from sessions.recall_reference import session_referenced
 from sessions.routing import SessionThreads
 from sessions.toolbox import McpToolbox
@@ -129,6 +130,7 @@ def open_engine(
         clock=clock,
         recall=settings.recall,
         toolbox=toolbox,
+        embedder=installed_embedder(),
     )
 
 

@@ -21,6 +21,7 @@ from gateway.turns import TurnSettings
 from sessions.compaction import CompactionPolicy
 from sessions.engine_values import EngineSettings, RecallSettings
 from sessions.mcp_servers import McpServerSettings
+from sessions.recall import RecallOptions
 from sessions.routing import RoutingPolicy
 from sessions.tool_policy import PolicyRule, ToolPolicy
 from sessions.toolbox import ToolSettings
@@ -118,6 +119,7 @@ def runtime_settings(config: GatewayConfig) -> RuntimeSettings:
             auto_hits=recall.auto_hits,
             auto_context_tokens=recall.auto_context_tokens,
             tool=recall.tool,
+            options=RecallOptions(dense=recall.dense),
         )
         if recall.enabled
         else None,

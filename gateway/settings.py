@@ -267,6 +267,10 @@ class RecallConfig(StrictModel):
     auto_context_tokens: int = Field(default=600, ge=0)
     tool: bool = True
     resume_by_reference: bool = False
+    # Dense recall: passages found by meaning as well as by words (an embedding model that
+    # ships with the gateway's packages); without the model installed, it stays off. Off by
+    # default until it meets its recall and latency goals.
+    dense: bool = False
 
 
 class RetentionConfig(StrictModel):

@@ -73,6 +73,7 @@ from sessions.toolbox import TOOL_DATA_NOTE, McpToolbox, fenced
 from sessions.topics import TopicWriter
 from storage.database import Database
 from storage.models import Session as SessionRow
+from storage.recall_vectors import TextEmbedder, VectorIndex
 from storage.repositories.sessions import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
@@ -101,8 +102,12 @@ class SessionEngine:
         tools: tuple[Tool, ...] = (),
         recall: RecallSettings | None = None,
         toolbox: McpToolbox | None = None,
+        embedder: TextEmbedder | None = None,
     ) -> None:
         self.database = database
+        # Dense recall's model (None: not installed) and the users' vectors read so far.
+        self.embedder = embedder
+        self.vectors = VectorIndex(embedder) if embedder is not None else None
         self.compactor = compactor
         self.llm = llm
         self.settings = settings
@@ -136,8 +141,16 @@ class SessionEngine:
 
     def _set_recall(self, recall: RecallSettings | None) -> None:
         current = self.recall_settings
+        dense = recall is not None and recall.options.dense and self.embedder is not None
+        # Vectors are written while dense recall is on (`gateway recall reindex` fills in what
+        # was written while it was off).
+        self.database.use_embedder(self.embedder if dense else None)
         if recall is None or current is None or recall.options != current.options:
-            self.recall = RecallSearch(self.database, recall.options) if recall else None
+            self.recall = (
+                RecallSearch(self.database, recall.options, vectors=self.vectors if dense else None)
+                if recall
+                else None
+            )
         self.recall_settings = recall
         tools = self.extra_tools
         if recall is not None and recall.tool:

@@ -26,6 +26,15 @@ uses a small bound, so its cost does not grow with the user's history; the
 searches with `thorough=True` (`THOROUGH`: a window twenty times larger, five times the rare
 words' postings, every word of the query), thorough but still bounded.
 
+Dense recall (with a `VectorIndex` and `options.dense`): before 2 to 4, the full-text
+candidates of turns, and of summaries, are fused with the entries whose vectors are nearest
+to the query's (`storage.recall_vectors`; cosine at least `dense_min_similarity`, within the
+bound's `vector_window` most recent entries) by `sessions.recall_ranking.fuse_scores`, so a
+passage that says the same thing in other words is found, and 2 to 4 then work on the fused
+scores. Two ideas for multi-hop questions are there, measured and off: `second_hop` (the
+vectors nearest to the question and its best first hits together) and `word_hop` (a second
+word search for the words of the best first hits).
+
 The search is strictly scoped to one user: every index query names the user.
 """
 
@@ -37,14 +46,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+import numpy as np
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.recall_query import MAX_QUERY_TERMS, query_terms
-from sessions.recall_ranking import boost_by_summaries, boost_named_speakers, spread_to_neighbours
+from sessions.recall_ranking import (
+    boost_by_summaries,
+    boost_named_speakers,
+    fuse_ranks,
+    fuse_scores,
+    spread_to_neighbours,
+)
 from storage.database import Database, savepoint
 from storage.recall_entries import COMPACTION, SUMMARY, TURN, IndexedText, Ranking, SearchBound
 from storage.recall_index import RecallIndexRepository
+from storage.recall_vectors import VectorIndex, Vectors
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -66,27 +83,41 @@ class RecallBounds:
 
 
 AUTOMATIC = RecallBounds(
-    turns=SearchBound(window=500, rare_postings=200, max_terms=8, considered_terms=MAX_QUERY_TERMS),
+    turns=SearchBound(
+        window=500,
+        rare_postings=200,
+        max_terms=8,
+        considered_terms=MAX_QUERY_TERMS,
+        vector_window=20_000,
+    ),
     summaries=SearchBound(
-        window=50, rare_postings=20, max_terms=8, considered_terms=MAX_QUERY_TERMS
+        window=50,
+        rare_postings=20,
+        max_terms=8,
+        considered_terms=MAX_QUERY_TERMS,
+        vector_window=2_000,
     ),
 )
 """The automatic search of every turn: the 500 most recent turns (and 50 summaries), the
 whole history for words in at most 200 turns (20 summaries), the 8 rarest words of the
-message (see `SearchBound`). Sized by what a turn may spend (`bench/context.py`): on
-PostgreSQL the search costs a few milliseconds of the database's time whatever the history."""
+message (see `SearchBound`), and under dense recall the vectors of the 20,000 most recent
+turns (2,000 summaries: a matrix product of about 4 ms). Sized by what a turn may spend
+(`bench/context.py`): on PostgreSQL the search costs a few milliseconds of the database's
+time whatever the history."""
 THOROUGH = RecallBounds(
     turns=SearchBound(
         window=10_000,
         rare_postings=1_000,
         max_terms=MAX_QUERY_TERMS,
         considered_terms=MAX_QUERY_TERMS,
+        vector_window=200_000,
     ),
     summaries=SearchBound(
         window=1_000,
         rare_postings=100,
         max_terms=MAX_QUERY_TERMS,
         considered_terms=MAX_QUERY_TERMS,
+        vector_window=20_000,
     ),
 )
 """The search the model asks for: twenty times the window, five times the rare words'
@@ -135,6 +166,16 @@ class RecallOptions:
     ranking: Ranking = "bm25"
     automatic: RecallBounds = AUTOMATIC
     thorough: RecallBounds = THOROUGH
+    dense: bool = True
+    dense_candidates: int = 100
+    dense_weight: float = 0.6
+    dense_min_similarity: float = 0.65
+    rrf_k: int = 60
+    fusion: Literal["rrf", "scores"] = "scores"
+    second_hop: int = 0
+    second_hop_weight: float = 0.3
+    word_hop: int = 0
+    word_hop_weight: float = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,11 +231,21 @@ class IndexQuery:
 
 
 class RecallSearch:
-    """Searches a user's earlier conversations (see the module docstring for the ranking)."""
+    """Searches a user's earlier conversations (see the module docstring for the ranking).
 
-    def __init__(self, database: Database, options: RecallOptions | None = None) -> None:
+    With `vectors` (and `options.dense`), the search is hybrid: see "Dense recall" in the
+    module docstring."""
+
+    def __init__(
+        self,
+        database: Database,
+        options: RecallOptions | None = None,
+        *,
+        vectors: VectorIndex | None = None,
+    ) -> None:
         self.database = database
         self.options = options or RecallOptions()
+        self.vectors = vectors
 
     async def search(
         self,
@@ -211,28 +262,32 @@ class RecallSearch:
     ) -> list[RecallHit]:
         """The user's turns (and summaries) that best answer `query`, best first.
 
-        Scores come from BM25 (plus the boosts above) and compare within one result only.
-        `since`/`until` bound when the text was written (`until` excluded). The index is
-        searched within `options.automatic`, or `options.thorough` when `thorough` (an
-        explicit search, not the one of every turn). With `db`, the search runs in the
-        caller's transaction, inside a savepoint (a failed search leaves it usable).
+        Scores come from BM25 (fused with the vector candidates' ranks under dense recall,
+        plus the boosts above) and compare within one result only. `since`/`until` bound
+        when the text was written (`until` excluded). The index is searched within
+        `options.automatic`, or `options.thorough` when `thorough` (an explicit search, not
+        the one of every turn). With `db`, the search runs in the caller's transaction,
+        inside a savepoint (a failed search leaves it usable).
         """
         terms = query_terms(query)
-        if not terms or limit < 1:
+        vector = self._query_vector(query)
+        if (not terms and vector is None) or limit < 1:
             return []
         options = self.options
         bounds = options.thorough if thorough else options.automatic
         exclusions = exclude or RecallExclusions()
-        turns, summaries, around = await self._read_index(
+        search = _Search(
+            self,
             user_id,
             terms,
+            vector,
             kinds,
             limit=limit,
             since=since,
             until=until,
             bounds=bounds,
-            db=db,
         )
+        turns, summaries, around = await search.read(db)
         sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
         scores = {turn.entry_id: turn.score for turn in turns}
         entries = {turn.entry_id: turn for turn in [*around, *turns]}
@@ -258,89 +313,189 @@ class RecallSearch:
         found.sort(key=lambda hit: (-hit.score, hit.kind != "turn", hit.date))
         return found[:limit]
 
-    async def _read_index(
-        self,
-        user_id: str,
-        terms: Sequence[str],
-        kinds: Collection[HitKind],
-        *,
-        limit: int,
-        since: datetime | None,
-        until: datetime | None,
-        bounds: RecallBounds,
-        db: AsyncSession | None = None,
+    def _query_vector(self, query: str) -> Vectors | None:
+        if self.vectors is None or not self.options.dense:
+            return None
+        vector = self.vectors.embed_query(query)
+        return vector if np.any(vector) else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """One search's reads: the candidates of each kind (full-text, and vectors when there is
+    a query vector, fused), and the turns around the best candidate turns."""
+
+    recall: RecallSearch
+    user_id: str
+    terms: Sequence[str]
+    vector: Vectors | None
+    kinds: Collection[HitKind]
+    limit: int
+    since: datetime | None
+    until: datetime | None
+    bounds: RecallBounds
+
+    async def read(
+        self, db: AsyncSession | None
     ) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
         """The candidate turns, the summaries, and the turns around the best candidates."""
-        options = self.options
-        turn_search = IndexQuery(
-            (TURN,), max(options.candidates, limit), since, until, options.ranking, bounds.turns
-        )
-        summary_search = IndexQuery(
-            (SUMMARY, COMPACTION),
-            max(SUMMARY_CANDIDATES, limit),
-            since,
-            until,
-            options.ranking,
-            bounds.summaries,
-        )
-        with_summaries = options.summary_weight > 0 or "summary" in kinds
+        options = self.recall.options
+        database = self.recall.database
+        with_summaries = options.summary_weight > 0 or "summary" in self.kinds
 
         async def one_after_the_other(
-            index: RecallIndexRepository,
+            session: AsyncSession,
         ) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
-            turns = await turn_search.run(index, user_id, terms)
-            around = await self._around(index, user_id, turns)
-            summaries = []
-            if with_summaries:
-                summaries = await summary_search.run(index, user_id, terms)
+            turns, around = await self.turns_and_around(session)
+            summaries = await self.summaries(session) if with_summaries else []
             return turns, summaries, around
 
         if db is not None:
             # In the caller's transaction (a turn's first one): no transaction of its own to
             # begin and commit; the savepoint keeps a failed search from spoiling it.
             async with savepoint(db):
-                return await one_after_the_other(RecallIndexRepository(db))
-        if self.database.is_sqlite:
+                return await one_after_the_other(db)
+        if database.is_sqlite:
             # SQLite transactions take the write lock at BEGIN (`storage.database`): two
             # sessions side by side would wait for each other in the busy handler's sleeps,
             # so one session reads everything, one search after the other.
-            async with self.database.session() as session:
-                return await one_after_the_other(RecallIndexRepository(session))
+            async with database.session() as session:
+                return await one_after_the_other(session)
 
         # PostgreSQL: the turns (and then the turns around the best of them) and the summaries
         # are read side by side, each on a connection of its own.
-        async def turns_and_around() -> tuple[list[IndexedText], list[IndexedText]]:
-            async with self.database.session() as session:
-                index = RecallIndexRepository(session)
-                found = await turn_search.run(index, user_id, terms)
-                return found, await self._around(index, user_id, found)
+        async def turns_apart() -> tuple[list[IndexedText], list[IndexedText]]:
+            async with database.session() as session:
+                return await self.turns_and_around(session)
 
-        (turns, around), summaries = await asyncio.gather(
-            turns_and_around(),
-            self._search_index(summary_search, user_id, terms) if with_summaries else _no_entries(),
-        )
+        async def summaries_apart() -> list[IndexedText]:
+            if not with_summaries:
+                return []
+            async with database.session() as session:
+                return await self.summaries(session)
+
+        (turns, around), summaries = await asyncio.gather(turns_apart(), summaries_apart())
         return turns, summaries, around
 
-    async def _search_index(
-        self, query: IndexQuery, user_id: str, terms: Sequence[str]
+    async def turns_and_around(
+        self, session: AsyncSession
+    ) -> tuple[list[IndexedText], list[IndexedText]]:
+        """The candidate turns (fused), then the turns next to the best of them."""
+        options = self.recall.options
+        index = RecallIndexRepository(session)
+        query = IndexQuery(
+            (TURN,),
+            max(options.candidates, self.limit),
+            self.since,
+            self.until,
+            options.ranking,
+            self.bounds.turns,
+        )
+        turns = await query.run(index, self.user_id, self.terms)
+        if self.vector is not None:
+            turns = await self._fuse(session, turns, (TURN,), second_hop=options.second_hop)
+        if options.word_hop > 0 and turns:
+            turns = await self._word_hop(index, query, turns)
+        return turns, await self._around(index, turns)
+
+    async def _word_hop(
+        self, index: RecallIndexRepository, query: IndexQuery, turns: list[IndexedText]
     ) -> list[IndexedText]:
-        async with self.database.session() as db:
-            return await query.run(RecallIndexRepository(db), user_id, terms)
+        """A second full-text search for the words of the best first hits that the question
+        did not use (the index keeps the rarest of them), fused in: the fact that the first
+        hit leads to, said in other words, weeks apart."""
+        options = self.recall.options
+        asked = set(self.terms)
+        seen = " ".join(turn.body for turn in turns[: options.word_hop])
+        further = [term for term in query_terms(seen) if term not in asked]
+        if not further:
+            return turns
+        found = await query.run(index, self.user_id, further)
+        return fuse_scores([(turns, 1.0), (found, options.word_hop_weight)])
+
+    async def summaries(self, session: AsyncSession) -> list[IndexedText]:
+        """The candidate session and compaction summaries (fused)."""
+        options = self.recall.options
+        query = IndexQuery(
+            (SUMMARY, COMPACTION),
+            max(SUMMARY_CANDIDATES, self.limit),
+            self.since,
+            self.until,
+            options.ranking,
+            self.bounds.summaries,
+        )
+        summaries = await query.run(RecallIndexRepository(session), self.user_id, self.terms)
+        if self.vector is not None:
+            summaries = await self._fuse(session, summaries, (SUMMARY, COMPACTION), second_hop=0)
+        return summaries
+
+    async def _fuse(
+        self,
+        session: AsyncSession,
+        found: list[IndexedText],
+        kinds: tuple[str, ...],
+        *,
+        second_hop: int,
+    ) -> list[IndexedText]:
+        """The full-text candidates fused with the nearest vectors (and, for multi-hop
+        questions, with the vectors nearest to the question and its first hits together)."""
+        options = self.recall.options
+        vectors = self.recall.vectors
+        assert vectors is not None  # the caller checked both
+        assert self.vector is not None
+        nearest = await self._nearest(session, self.vector, kinds)
+        rankings = [(found, 1.0), (nearest, options.dense_weight)]
+        fused = self._fused(rankings)
+        if second_hop > 0 and fused:
+            seeds = vectors.embedder.embed([entry.body for entry in fused[:second_hop]])
+            hop = self.vector + seeds.mean(axis=0)
+            norm = float(np.linalg.norm(hop))
+            if norm > 0:
+                further = await self._nearest(session, hop / norm, kinds)
+                rankings.append((further, options.second_hop_weight))
+                fused = self._fused(rankings)
+        return fused
+
+    def _fused(self, rankings: Sequence[tuple[Sequence[IndexedText], float]]) -> list[IndexedText]:
+        options = self.recall.options
+        if options.fusion == "scores":
+            return fuse_scores(rankings)
+        return fuse_ranks(rankings, options.rrf_k)
+
+    async def _nearest(
+        self, session: AsyncSession, vector: Vectors, kinds: tuple[str, ...]
+    ) -> list[IndexedText]:
+        vectors = self.recall.vectors
+        assert vectors is not None  # the caller checked
+        bound = self.bounds.turns if TURN in kinds else self.bounds.summaries
+        found = await vectors.nearest(
+            session,
+            self.user_id,
+            vector,
+            kinds=kinds,
+            limit=max(self.recall.options.dense_candidates, self.limit),
+            window=bound.vector_window,
+        )
+        floor = self.recall.options.dense_min_similarity
+        found = [(entry_id, similarity) for entry_id, similarity in found if similarity >= floor]
+        entries = await vectors.entries(session, self.user_id, found)
+        return [
+            entry
+            for entry in entries
+            if (self.since is None or entry.occurred_at >= self.since)
+            and (self.until is None or entry.occurred_at < self.until)
+        ]
 
     async def _around(
-        self, index: RecallIndexRepository, user_id: str, turns: Sequence[IndexedText]
+        self, index: RecallIndexRepository, turns: Sequence[IndexedText]
     ) -> list[IndexedText]:
         """The turns next to the best candidates (when the ranking spreads scores to them)."""
-        options = self.options
+        options = self.recall.options
         sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
         if not sources or (options.neighbour_weight <= 0 and options.second_neighbour_weight <= 0):
             return []
         positions = [(t.session_id, t.seq or 0) for t in sources]
-        return await index.turns_around(user_id, positions, span=NEIGHBOUR_SPAN)
-
-
-async def _no_entries() -> list[IndexedText]:
-    return []
+        return await index.turns_around(self.user_id, positions, span=NEIGHBOUR_SPAN)
 
 
 def _hit(entry: IndexedText, score: float) -> RecallHit:

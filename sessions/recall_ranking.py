@@ -11,12 +11,16 @@ reads the candidates and applies them in this order, with the weights of `Recall
    Caroline research?"), that speaker's turns are boosted.
 3. `boost_by_summaries`: sessions whose summaries match the query lend their turns a boost in
    proportion to the summary's score.
+
+Before them, with dense recall, `fuse_ranks` merges the full-text and the vector candidates
+into one ranking (reciprocal-rank fusion), whose scores the three then work on.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from sessions.recall_query import query_terms
@@ -105,3 +109,45 @@ def boost_by_summaries(
         entry_id: score * (1 + weight * prior[entries[entry_id].session_id])
         for entry_id, score in scores.items()
     }
+
+
+def fuse_ranks(
+    rankings: Sequence[tuple[Sequence[IndexedText], float]], k: int
+) -> list[IndexedText]:
+    """Reciprocal-rank fusion: each entry scores the sum over the rankings that hold it of
+    `weight / (k + rank)` (rank from 1); the entries best first, with those scores.
+
+    Ranks, not scores, are added, because BM25's scores and cosine similarities have
+    nothing in common but their order."""
+    fused: dict[int, float] = defaultdict(float)
+    entries: dict[int, IndexedText] = {}
+    for ranking, weight in rankings:
+        if weight <= 0:
+            continue
+        for rank, entry in enumerate(ranking, start=1):
+            fused[entry.entry_id] += weight / (k + rank)
+            entries.setdefault(entry.entry_id, entry)
+    ordered = sorted(fused.items(), key=lambda item: -item[1])
+    return [replace(entries[entry_id], score=score) for entry_id, score in ordered]
+
+
+def fuse_scores(
+    rankings: Sequence[tuple[Sequence[IndexedText], float]],
+) -> list[IndexedText]:
+    """Score fusion: each ranking's scores scaled to 0..1 of its best (its worst candidate
+    counting 0), weighted and added; the entries best first, with those scores on the first
+    ranking's scale (so that what works on full-text scores keeps its meaning)."""
+    fused: dict[int, float] = defaultdict(float)
+    entries: dict[int, IndexedText] = {}
+    scale = max((e.score for e in rankings[0][0]), default=1.0) if rankings else 1.0
+    for ranking, weight in rankings:
+        if weight <= 0 or not ranking:
+            continue
+        best = max(entry.score for entry in ranking)
+        worst = min(entry.score for entry in ranking)
+        spread = (best - worst) or 1.0
+        for entry in ranking:
+            fused[entry.entry_id] += weight * (entry.score - worst) / spread
+            entries.setdefault(entry.entry_id, entry)
+    ordered = sorted(fused.items(), key=lambda item: -item[1])
+    return [replace(entries[entry_id], score=score * scale) for entry_id, score in ordered]

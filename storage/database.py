@@ -23,6 +23,8 @@ from errors import StorageError
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
+    from storage.recall_vectors import TextEmbedder
+
 MIGRATIONS_PATH = Path(__file__).parent / "migrations"
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+psycopg")
 
@@ -66,6 +68,10 @@ def alembic_config() -> AlembicConfig:
     return config
 
 
+EMBEDDER_KEY = "recall_embedder"
+"""The key of the recall `TextEmbedder` in a database session's `info`."""
+
+
 class Database:
     """One async engine and its session factory.
 
@@ -102,7 +108,26 @@ class Database:
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
-        self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
+        # Every session's `info` starts as a copy of this: how the recall embedder
+        # (`use_embedder`) reaches the writers of indexed rows.
+        self._session_info: dict[str, Any] = {}
+        self.sessionmaker = async_sessionmaker(
+            self.engine, expire_on_commit=False, info=self._session_info
+        )
+
+    def use_embedder(self, embedder: TextEmbedder | None) -> None:
+        """Embed every recall entry written from now on with `embedder` (None: stop), in the
+        transaction that writes it (`storage.recall_vectors`)."""
+        if embedder is None:
+            self._session_info.pop(EMBEDDER_KEY, None)
+        else:
+            self._session_info[EMBEDDER_KEY] = embedder
+
+    @property
+    def embedder(self) -> TextEmbedder | None:
+        """The recall embedder given with `use_embedder`, if any."""
+        embedder: TextEmbedder | None = self._session_info.get(EMBEDDER_KEY)
+        return embedder
 
     @property
     def display_url(self) -> str:

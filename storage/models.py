@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -419,3 +420,28 @@ class ToolConfirmation(Base):
     question: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime]
+
+
+class RecallVector(Base):
+    """The embedding of one recall entry, for dense recall (`storage.recall_vectors`).
+
+    Written by the application in the transaction that writes the entry's source row (the
+    entry itself comes from a trigger; the vector needs the embedding model); removed with the
+    entry (foreign key) and when the entry's text changes (a trigger of migration 0007), so no
+    vector outlives or misdescribes its text. `gateway recall reindex` writes them all again.
+    """
+
+    __tablename__ = "recall_vectors"
+    __table_args__ = (
+        # A user's vectors in entry order: what the in-process index reads, and reads on.
+        Index("ix_recall_vectors_user_entry", "user_id", "entry_id"),
+    )
+
+    entry_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("recall_entries.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(10))
+    # float16, little-endian, unit length; `model` names the embedding model that made it.
+    model: Mapped[str] = mapped_column(String(40))
+    vector: Mapped[bytes] = mapped_column(LargeBinary)

@@ -24,7 +24,8 @@ Ranking = Literal["bm25", "ts_rank"]
 class SearchBound:
     """How much of a user's index one search may examine (see `storage.recall_index`): the
     `window` most recent entries, the whole history for words in at most `rare_postings`
-    entries, the rarest `max_terms` of the query's first `considered_terms` words.
+    entries, the rarest `max_terms` of the query's first `considered_terms` words; and, for
+    dense recall, the vectors of the `vector_window` most recent entries.
 
     The defaults are those of the automatic search of every turn over turns
     (`sessions.recall.AUTOMATIC`).
@@ -34,6 +35,8 @@ class SearchBound:
     rare_postings: int = 200
     max_terms: int = 8
     considered_terms: int = 32
+    # Dense recall: the most recent entries whose vectors are scored (all of them: None).
+    vector_window: int | None = 20_000
 
     def __post_init__(self) -> None:
         if (

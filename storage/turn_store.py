@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
 from storage.models import InboundEvent, InboundStatus, Session, SessionMessage
+from storage.recall_vectors import write_turn_vectors
 
 # The tables, not the mapped classes: statements on a class go through the ORM's bulk
 # persistence layer, which costs more than the statement for nothing a turn uses.
@@ -109,6 +110,12 @@ async def store_turn_messages(
             }
             for position, message in enumerate(messages)
         ],
+    )
+    # Dense recall's vectors, in the same transaction as the entries the triggers just wrote.
+    await write_turn_vectors(
+        db,
+        session_id,
+        [(first_seq + i, message.role, message.content) for i, message in enumerate(messages)],
     )
     return first_seq
 

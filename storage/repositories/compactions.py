@@ -6,6 +6,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.models import SessionCompaction
+from storage.recall_entries import COMPACTION
+from storage.recall_vectors import write_source_vectors
 
 
 class CompactionRepository:
@@ -25,9 +27,10 @@ class CompactionRepository:
         return result.scalar_one_or_none()
 
     async def add(self, row: SessionCompaction) -> None:
-        """Record a finished compaction."""
+        """Record a finished compaction (and its summary's recall vector)."""
         self.session.add(row)
         await self.session.flush()
+        await write_source_vectors(self.session, COMPACTION, [(row.id, row.summary)])
 
     async def all_of(self, session_id: str) -> list[SessionCompaction]:
         """All compactions of the session, oldest first."""

@@ -8,6 +8,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.models import Session, SessionStatus, SessionSummary
+from storage.recall_entries import SUMMARY
+from storage.recall_vectors import write_source_vectors
 
 
 class SummaryRepository:
@@ -17,9 +19,10 @@ class SummaryRepository:
         self.session = session
 
     async def add(self, row: SessionSummary) -> None:
-        """Store a session's summary."""
+        """Store a session's summary (and its recall vector)."""
         self.session.add(row)
         await self.session.flush()
+        await write_source_vectors(self.session, SUMMARY, [(row.id, row.summary)])
 
     async def recent(
         self, user_id: str, *, since: datetime, exclude_session_id: str | None, limit: int

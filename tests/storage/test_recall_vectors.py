@@ -1,0 +1,189 @@
+"""Dense recall's vectors are kept in step with the recall index: written with every turn,
+summary and compaction while an embedder is set, gone with their entry (a deleted session or
+user, a changed text), all written again by a rebuild; the in-process index finds a user's
+nearest entries, reads on as entries are written, and never crosses users."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select, update
+
+from storage.database import Database
+from storage.models import RecallVector, SessionCompaction, SessionMessage, SessionSummary
+from storage.recall_entries import COMPACTION, SUMMARY, TURN
+from storage.recall_index import RecallIndexRepository
+from storage.recall_vectors import VectorIndex, Vectors, rebuild_vectors
+from storage.repositories.compactions import CompactionRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.summaries import SummaryRepository
+from storage.repositories.users import UserRepository
+from tests.storage.test_recall_index import T0, make_session, make_user
+
+
+class ConceptEmbedder:
+    """A real, tiny embedder: each word is a unit vector of its concept (synonyms share
+    one), so texts about the same thing are near without sharing a word."""
+
+    model_id = "concepts-v1"
+    dimensions = 8
+    CONCEPTS: ClassVar[dict[str, int]] = {
+        "car": 0,
+        "automobile": 0,
+        "vehicle": 0,
+        "kitten": 1,
+        "cat": 1,
+        "invoice": 2,
+        "bill": 2,
+        "holiday": 3,
+        "vacation": 3,
+    }
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        vectors = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().replace(".", " ").split():
+                concept = self.CONCEPTS.get(word)
+                if concept is not None:
+                    vectors[row, concept] += 1.0
+                else:
+                    vectors[row, 4 + hash(word) % 4] += 0.1
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        unit: Vectors = vectors / np.maximum(norms, 1e-9)
+        return unit
+
+
+async def vector_count(database: Database, user_id: str | None = None) -> int:
+    async with database.session() as db:
+        statement = select(func.count()).select_from(RecallVector)
+        if user_id is not None:
+            statement = statement.where(RecallVector.user_id == user_id)
+        return int((await db.execute(statement)).scalar_one())
+
+
+async def nearest(
+    database: Database, index: VectorIndex, user_id: str, query: str, kinds=(TURN,)
+) -> list[str]:
+    async with database.session() as db:
+        found = await index.nearest(db, user_id, index.embed_query(query), kinds=kinds, limit=3)
+        return [entry.body for entry in await index.entries(db, user_id, found)]
+
+
+@pytest.fixture
+def embedder(database: Database) -> ConceptEmbedder:
+    embedder = ConceptEmbedder()
+    database.use_embedder(embedder)
+    return embedder
+
+
+async def test_every_indexed_text_gets_a_vector_when_written(
+    database: Database, embedder: ConceptEmbedder
+) -> None:
+    await make_user(database, "alice", "Alice")
+    session_id = await make_session(
+        database,
+        "alice",
+        ("user", "My automobile broke down."),
+        ("tool", "a tool result is not indexed"),
+        ("assistant", "Sorry about the vehicle."),
+    )
+    async with database.session() as db:
+        await SummaryRepository(db).add(
+            SessionSummary(session_id=session_id, user_id="alice", summary="Car trouble")
+        )
+        await CompactionRepository(db).add(
+            SessionCompaction(
+                session_id=session_id,
+                seq=1,
+                first_message_seq=1,
+                last_message_seq=2,
+                messages_compacted=2,
+                tokens_before=10,
+                tokens_after=5,
+                archive_ref="ref",
+                summary="The car broke down.",
+            )
+        )
+    async with database.session() as db:
+        rows = (await db.execute(select(RecallVector.kind, RecallVector.model))).all()
+    assert sorted(kind for kind, _ in rows) == sorted([TURN, TURN, SUMMARY, COMPACTION])
+    assert {model for _, model in rows} == {"concepts-v1"}
+
+
+async def test_without_an_embedder_nothing_is_embedded(database: Database) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_session(database, "alice", ("user", "My car broke down."))
+    assert await vector_count(database) == 0
+
+
+async def test_vectors_go_with_their_entry(database: Database, embedder: ConceptEmbedder) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_user(database, "bob", "Bob")
+    gone = await make_session(database, "alice", ("user", "car"), ("assistant", "cat"))
+    kept = await make_session(database, "alice", ("user", "invoice"))
+    await make_session(database, "bob", ("user", "holiday"))
+    async with database.session() as db:
+        assert await SessionRepository(db).delete(gone)
+    assert await vector_count(database, "alice") == 1
+    async with database.session() as db:
+        assert await UserRepository(db).delete("bob")
+    assert await vector_count(database, "bob") == 0
+    # A changed text loses its vector: it described the old text.
+    async with database.session() as db:
+        await db.execute(
+            update(SessionMessage)
+            .where(SessionMessage.session_id == kept)
+            .values(content="vacation plans")
+        )
+    assert await vector_count(database, "alice") == 0
+
+
+async def test_rebuild_writes_every_vector_again(
+    database: Database, embedder: ConceptEmbedder
+) -> None:
+    await make_user(database, "alice", "Alice")
+    database.use_embedder(None)
+    await make_session(database, "alice", *[("user", f"car number {n}") for n in range(5)])
+    assert await vector_count(database) == 0
+    progress: list[tuple[int, int]] = []
+    async with database.session() as db:
+        assert await RecallIndexRepository(db).rebuild() == 5
+        done = await rebuild_vectors(
+            db, embedder, batch=2, on_progress=lambda *p: progress.append(p)
+        )
+    assert done == 5
+    assert progress == [(2, 5), (4, 5), (5, 5)]
+    assert await vector_count(database, "alice") == 5
+
+
+async def test_the_index_finds_meaning_reads_on_and_keeps_users_apart(
+    database: Database, embedder: ConceptEmbedder
+) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_user(database, "bob", "Bob")
+    await make_session(
+        database, "alice", ("user", "The kitten sleeps all day."), ("user", "Pay the bill.")
+    )
+    await make_session(database, "bob", ("user", "My automobile is red."))
+    index = VectorIndex(embedder)
+    assert (await nearest(database, index, "alice", "cat"))[0] == "The kitten sleeps all day."
+    assert await nearest(database, index, "alice", "invoice") == [
+        "Pay the bill.",
+        "The kitten sleeps all day.",
+    ]
+    assert "My automobile is red." not in await nearest(database, index, "alice", "car")
+    # Written after the first search: read on the next one.
+    async with database.session() as db:
+        session = await SessionRepository(db).create("alice", "acme", at=T0 + timedelta(days=1))
+        await SessionRepository(db).append_message(
+            session.id, role="user", channel_type="web", content="A vehicle for sale.", at=T0
+        )
+    assert (await nearest(database, index, "alice", "car"))[0] == "A vehicle for sale."
+    # Deleted after it was read: not found any more.
+    async with database.session() as db:
+        assert await SessionRepository(db).delete(session.id)
+    assert "A vehicle for sale." not in await nearest(database, index, "alice", "car")
