@@ -484,10 +484,16 @@ async def test_in_slack_a_turn_with_a_stdio_and_an_http_tool_gets_one_reply(
         response = await send_event(gateway.client, envelope)
         assert response.status_code == 200
         deadline = time.monotonic() + 15
-        while not slack_api.posts() and time.monotonic() < deadline:
+
+        def bot_messages() -> list[str]:
+            # The reply's text as Slack holds it now: streamed or posted and edited live, the
+            # message ends as the committed reply.
+            return [m.text for m in slack_api.messages.values() if m.channel.startswith("D")]
+
+        while bot_messages() != ["S-1 has shipped."] and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.4)
-        posts = slack_api.posts()
+        await asyncio.sleep(0.4)  # a second reply would show up now
+        messages = bot_messages()
         shown = await only_session(gateway, "alice")
         session_id = shown["session_id"]
         ref = SessionRef("acme", "alice", session_id)
@@ -498,7 +504,7 @@ async def test_in_slack_a_turn_with_a_stdio_and_an_http_tool_gets_one_reply(
                 transcript = (await gateway.runtime.transcripts.read_transcript(ref)).decode()
             await asyncio.sleep(0.05)
 
-    assert [post["text"] for post in posts] == ["S-1 has shipped."]
+    assert messages == ["S-1 has shipped."]
     assert logged_calls(tmp_path / "orders.log") == [("lookup_order", {"order_id": "S-1"})]
     assert crm.calls == [("lookup_order", {"order_id": "S-1"})]
     assert shown["skills_activated"] == ["orders__lookup_order", "crm__lookup_order"]
