@@ -176,6 +176,10 @@ class OutboundMessage:
     in_reply_to: str | None = None
     reply_context: Mapping[str, Any] = field(default_factory=dict)
     file: FileToSend | None = None
+    # An earlier attempt may have reached the platform: its sender died between sending and
+    # marking the reply delivered. An adapter that can ask the platform what it holds of the
+    # reply does so before sending again (Slack), so that the retry sends only what is missing.
+    resumed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

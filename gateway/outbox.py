@@ -8,8 +8,10 @@ logged.
 
 Delivery marks that fall together share one transaction (`storage.group_commit`). A send
 finishes only once its mark is committed, and an idle sender commits a mark at once, so the
-window in which a crash leaves a sent reply unmarked (the lease then brings it back and it is
-sent again) grows by at most the one transaction the mark may wait for.
+window in which a crash leaves a sent reply unmarked grows by at most the one transaction the
+mark may wait for. The lease then brings such a reply back marked `resumed`: a channel that can
+ask the platform what it already holds of the reply (Slack) sends only what is missing; the
+others send it again.
 """
 
 from __future__ import annotations
@@ -130,11 +132,16 @@ class OutboxSender:
             rows = await OutboxRepository(db).claim_due(
                 self.clock(), lease=self.policy.lease, limit=CLAIM_BATCH
             )
-        results = await asyncio.gather(*(self._send(row) for row in rows), return_exceptions=True)
-        for row, result in zip(rows, results, strict=True):
+        results = await asyncio.gather(
+            *(self._send(claimed.row, resumed=claimed.resumed) for claimed in rows),
+            return_exceptions=True,
+        )
+        for claimed, result in zip(rows, results, strict=True):
             if isinstance(result, BaseException):
                 # The lease brings the row back; the error must not stop the other sends.
-                log.error("outbox.send_crashed", message_id=row.message_id, error=repr(result))
+                log.error(
+                    "outbox.send_crashed", message_id=claimed.row.message_id, error=repr(result)
+                )
         return len(rows)
 
     async def _send_claimed(self, row: OutboundRow) -> None:
@@ -144,7 +151,7 @@ class OutboxSender:
             # The lease brings the row back to the claiming loop.
             log.error("outbox.send_crashed", message_id=row.message_id, error=repr(exc))
 
-    async def _send(self, row: OutboundRow) -> None:
+    async def _send(self, row: OutboundRow, *, resumed: bool = False) -> None:
         channel = ChannelType(row.channel_type)
         adapter = self.adapters.get(channel)
         if adapter is None:
@@ -155,7 +162,7 @@ class OutboxSender:
             # The slot bounds the calls to platforms only: a reply waiting for its delivery
             # mark does not keep another from being sent.
             async with self._slots:
-                receipt = await adapter.send(_outbound(row))
+                receipt = await adapter.send(_outbound(row, resumed=resumed))
         except DeliveryError as exc:
             await self._failed(row, exc)
             return
@@ -175,6 +182,7 @@ class OutboxSender:
             message_id=row.message_id,
             in_reply_to=row.in_reply_to,
             attempts=row.attempts + 1,
+            resumed=resumed,
         )
 
     async def _mark_delivered(self, marks: list[Delivered]) -> list[None]:
@@ -207,7 +215,7 @@ class OutboxSender:
         )
 
 
-def _outbound(row: OutboundRow) -> OutboundMessage:
+def _outbound(row: OutboundRow, *, resumed: bool) -> OutboundMessage:
     attached = row.attachment
     return OutboundMessage(
         message_id=row.message_id,
@@ -219,6 +227,7 @@ def _outbound(row: OutboundRow) -> OutboundMessage:
         in_reply_to=row.in_reply_to,
         reply_context=dict(row.reply_context),
         file=FileToSend(**attached) if isinstance(attached, dict) else None,
+        resumed=resumed,
     )
 
 

@@ -170,7 +170,13 @@ def parse_slack_event(
         tenant=team_id,
         attachments=_attachments(event),
         forwarded=_shared_message(event, names or {}),
-        reply_context={"channel": channel, "thread_ts": thread_ts or None, "team_id": team_id},
+        # `ts`: where a resent reply's lookup starts reading (`sent.py`).
+        reply_context={
+            "channel": channel,
+            "thread_ts": thread_ts or None,
+            "team_id": team_id,
+            "ts": ts,
+        },
         raw=dict(envelope),
         conversation=conversation_of(channel, event.get("channel_type")),
     )

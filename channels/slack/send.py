@@ -23,6 +23,7 @@ from channels.slack.refusals import (
     retry_after,
     slack_call,
 )
+from channels.slack.sent import piece_metadata, posted_pieces
 from errors import DeliveryError
 
 __all__ = [
@@ -51,7 +52,8 @@ class SlackSender:
         A reply streamed live (`channels.live.live_handle`) finishes that message with its
         first piece instead of posting it. Pieces already delivered are remembered, so a
         retry after a failure part-way continues where it stopped instead of posting the
-        first pieces again. A reply with a file is delivered only to a direct conversation
+        first pieces again; a reply whose earlier sender died (`resumed`) learns them from
+        Slack (`sent.py`). A reply with a file is delivered only to a direct conversation
         (a permanent `DeliveryError` elsewhere).
         """
         context = message.reply_context
@@ -80,11 +82,25 @@ class SlackSender:
             channel = live.channel
         else:
             follow_ups = split_for_slack(markdown_to_mrkdwn(message.content)) or ["…"]
-        for piece in follow_ups[len(posted) :]:
+        if message.resumed:
+            found = await posted_pieces(
+                self.client,
+                reply_id=message.message_id,
+                channel=channel,
+                thread_ts=thread_ts,
+                oldest=context.get("ts"),
+            )
+            while len(posted) < len(follow_ups) and len(posted) in found:
+                posted.append(found[len(posted)])
+        for number, piece in enumerate(follow_ups[len(posted) :], start=len(posted)):
             answer = await self._call(
                 message.message_id,
                 self.client.chat_postMessage(
-                    channel=channel, text=piece, thread_ts=thread_ts, mrkdwn=True
+                    channel=channel,
+                    text=piece,
+                    thread_ts=thread_ts,
+                    mrkdwn=True,
+                    metadata=piece_metadata(message.message_id, number),
                 ),
             )
             posted.append(str(answer.get("ts") or ""))

@@ -4,6 +4,7 @@ how the gateway enqueues, claims and marks them."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,6 +12,15 @@ from sqlalchemy import case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.models import OutboundMessage, OutboundStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedReply:
+    """A reply claimed for sending; `resumed` when it was claimed from a sender whose lease
+    ran out (it died mid-send, perhaps after the platform took the reply)."""
+
+    row: OutboundMessage
+    resumed: bool
 
 
 class OutboxRepository:
@@ -72,14 +82,15 @@ class OutboxRepository:
 
     async def claim_due(
         self, now: datetime, *, lease: timedelta, limit: int = 50
-    ) -> list[OutboundMessage]:
+    ) -> list[ClaimedReply]:
         """Take replies whose attempt is due (or whose sender's lease ran out) for sending.
 
         Claimed rows get status `sending` and a lease; a process that dies mid-send leaves them
-        to be claimed again when the lease ends. Rows locked by another claimer are skipped.
+        to be claimed again when the lease ends (`ClaimedReply.resumed`). Rows locked by
+        another claimer are skipped.
         """
         due = (
-            select(OutboundMessage.id)
+            select(OutboundMessage.id, OutboundMessage.status)
             .where(
                 OutboundMessage.status.in_(
                     [OutboundStatus.PENDING.value, OutboundStatus.SENDING.value]
@@ -90,9 +101,10 @@ class OutboxRepository:
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
-        ids = list((await self.session.execute(due)).scalars())
-        if not ids:
+        found = {row_id: status for row_id, status in await self.session.execute(due)}
+        if not found:
             return []
+        ids = list(found)
         await self.session.execute(
             update(OutboundMessage)
             .where(OutboundMessage.id.in_(ids))
@@ -101,7 +113,10 @@ class OutboxRepository:
         result = await self.session.execute(
             select(OutboundMessage).where(OutboundMessage.id.in_(ids)).order_by(OutboundMessage.id)
         )
-        return list(result.scalars())
+        return [
+            ClaimedReply(row, resumed=found[row.id] == OutboundStatus.SENDING.value)
+            for row in result.scalars()
+        ]
 
     async def mark_delivered(
         self, outbound_id: int, *, platform_message_id: str | None, at: datetime

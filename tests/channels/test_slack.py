@@ -188,6 +188,70 @@ async def test_a_long_answer_is_posted_in_pieces_and_a_retry_continues_where_it_
     assert receipt.platform_message_id == posts[0]["ts"]
 
 
+async def test_a_resumed_reply_posts_only_the_pieces_slack_does_not_hold_yet(
+    served: tuple[SlackChannel, RecordingInbox], slack_api: FakeSlackAPI
+) -> None:
+    channel, _inbox = served
+    paragraphs = [f"**Part {n}**\n" + "word " * 700 for n in range(3)]
+    reply = OutboundMessage(
+        message_id="out-r",
+        channel_type=ChannelType.SLACK,
+        channel_id="C0001",
+        content="\n\n".join(paragraphs),
+        thread_id="1700000100.1",
+        reply_context={"channel": "C0001", "thread_ts": "1700000100.1", "ts": "1700000100.2"},
+    )
+    # The first sender posted a piece and died (its memory of the pieces died with it).
+    slack_api.fail_attempts[2] = SlackFailure(500, "internal_error", None)
+    with pytest.raises(DeliveryError):
+        await channel.send(reply)
+    other_process = SlackChannel(settings(slack_api), RecordingInbox(), NoThreads())
+    await other_process.start()
+    try:
+        receipt = await other_process.send(dataclasses.replace(reply, resumed=True))
+        # A reply not resumed is not looked up: Slack is asked only after a crash.
+        await other_process.send(dataclasses.replace(reply, message_id="out-s"))
+    finally:
+        await other_process.stop()
+    posts = slack_api.posts("C0001")
+    assert [p["metadata"]["event_payload"] for p in posts] == [
+        {"reply": "out-r", "piece": 0},
+        {"reply": "out-r", "piece": 1},
+        {"reply": "out-r", "piece": 2},
+        {"reply": "out-s", "piece": 0},
+        {"reply": "out-s", "piece": 1},
+        {"reply": "out-s", "piece": 2},
+    ]
+    assert receipt.platform_message_id == posts[0]["ts"]
+    [lookup] = slack_api.calls_to("conversations.replies")
+    assert lookup.params["ts"] == "1700000100.1"
+    assert lookup.params["oldest"] == "1700000100.2"
+
+
+async def test_a_resumed_reply_slack_will_not_show_is_posted_again(
+    served: tuple[SlackChannel, RecordingInbox], slack_api: FakeSlackAPI
+) -> None:
+    channel, _inbox = served
+    reply = OutboundMessage(
+        "out-m", ChannelType.SLACK, "D0001", "hello", reply_context={"channel": "D0001"}
+    )
+    await channel.send(reply)
+    slack_api.refuse["conversations.history"] = "missing_scope"
+    with capture_logs() as logs:
+        await channel.send(dataclasses.replace(reply, resumed=True))
+    assert len(slack_api.posts("D0001")) == 2  # at least once, as without the lookup
+    assert any(
+        entry["event"] == "slack.resend_unchecked" and entry["reason"] == "missing_scope"
+        for entry in logs
+    )
+    slack_api.refuse.pop("conversations.history")
+    slack_api.fail("conversations.history", SlackFailure(429, "ratelimited", "7"))
+    with pytest.raises(DeliveryError) as failure:
+        await channel.send(dataclasses.replace(reply, resumed=True))
+    assert failure.value.retry_after == 7.0  # asked again later, never posted blind
+    assert len(slack_api.posts("D0001")) == 2
+
+
 async def test_a_reply_slack_refuses_for_good_is_a_permanent_failure(
     served: tuple[SlackChannel, RecordingInbox], slack_api: FakeSlackAPI
 ) -> None:

@@ -53,7 +53,12 @@ def test_a_direct_message_becomes_a_channel_message() -> None:
     assert message.tenant == "T0001"
     assert message.content == "Hello there"
     assert message.timestamp == datetime(2023, 11, 14, 22, 13, 20, 100, tzinfo=UTC)
-    assert message.reply_context == {"channel": "D0001", "thread_ts": None, "team_id": "T0001"}
+    assert message.reply_context == {
+        "channel": "D0001",
+        "thread_ts": None,
+        "team_id": "T0001",
+        "ts": "1700000000.000100",
+    }
 
 
 def test_a_mention_in_a_channel_starts_a_thread_under_it_without_the_mention() -> None:

@@ -5,7 +5,8 @@ The API records every call (`calls`: method, parameters and when it arrived) and
 `auth.test`, `users.info` (from `people`), `chat.postMessage`, `chat.update`, the streaming
 methods (`chat.startStream`, `chat.appendStream`, `chat.stopStream`: a stream needs a thread,
 and outside a DM the recipient, as Slack says), `assistant.threads.setStatus`, `.setTitle`,
-`.setSuggestedPrompts` and `apps.connections.open` (pointing at `socket_url`). Every message
+`.setSuggestedPrompts`, `conversations.history` and `.replies` (with message metadata) and
+`apps.connections.open` (pointing at `socket_url`). Every message
 it holds is in `messages` (by `ts`: its text now, whether it is still streaming). `script`
 makes the next `chat.postMessage` calls fail, and `fail_attempts` chosen ones (by their number):
 with HTTP 429 and `Retry-After`, a 5xx, or a Slack error code; `fail(method, ...)` does the
@@ -66,6 +67,7 @@ class SlackMessage:
     created_by: str
     streaming: bool = False
     recipient: tuple[str, str] | None = None
+    metadata: dict[str, Any] | None = None
 
 
 DIRECT = ("D", "U", "W")
@@ -197,6 +199,10 @@ class FakeSlackAPI:
             return JSONResponse({"ok": True, "url": self.socket_url})
         if method in ("chat.postMessage", "chat.update"):
             return self._post(call)
+        if method in ("conversations.history", "conversations.replies"):
+            return self._history(
+                params, thread_ts=params.get("ts") if "replies" in method else None
+            )
         if method == "files.getUploadURLExternal":
             file_id = f"F{len(self.uploads) + 1:05d}"
             self.uploads[file_id] = {"filename": params.get("filename"), "content": None}
@@ -238,9 +244,35 @@ class FakeSlackAPI:
         posted_to = f"D{channel[1:]}" if channel.startswith(("U", "W")) else channel
         thread_ts = str(params.get("thread_ts") or "") or None
         text = str(params.get("text") or params.get("markdown_text") or "")
-        self.messages[ts] = SlackMessage(posted_to, ts, thread_ts, text, call.method)
+        metadata = params.get("metadata")
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata)
+        self.messages[ts] = SlackMessage(
+            posted_to, ts, thread_ts, text, call.method, metadata=metadata
+        )
         self.post_log.append((channel, str(params.get("text")), call.received_at))
         return JSONResponse({"ok": True, "channel": posted_to, "ts": ts})
+
+    def _history(self, params: dict[str, Any], *, thread_ts: Any) -> Response:
+        """`conversations.history` (top level, newest first) or `.replies` (one thread, oldest
+        first), after `oldest`, with the metadata when `include_all_metadata` is set."""
+        oldest = float(params.get("oldest") or 0)
+        with_metadata = str(params.get("include_all_metadata")).lower() in ("true", "1")
+        found = [
+            message
+            for message in list(self.messages.values())
+            if message.channel == params.get("channel")
+            and message.thread_ts == (str(thread_ts) if thread_ts else None)
+            and float(message.ts) > oldest
+        ]
+        found.sort(key=lambda message: float(message.ts), reverse=thread_ts is None)
+        listed = []
+        for message in found[: int(params.get("limit") or 100)]:
+            item: dict[str, Any] = {"type": "message", "ts": message.ts, "text": message.text}
+            if with_metadata and message.metadata:
+                item["metadata"] = message.metadata
+            listed.append(item)
+        return JSONResponse({"ok": True, "messages": listed, "has_more": False})
 
     def _agent_call(self, call: SlackCall) -> Response:
         """The streaming methods and `assistant.threads.*`."""

@@ -357,3 +357,25 @@ async def test_two_senders_on_one_postgres_database_deliver_each_reply_exactly_o
     assert set(sent.values()) == {1}
     assert {row.id for row in rows} == set(ids)
     assert all(row.attempts == 1 for row in rows)
+
+
+async def test_a_reply_whose_sender_died_mid_send_is_handed_over_as_resumed(
+    database: Database,
+) -> None:
+    crashed = await enqueue(database, "out-crashed")
+    clock = SettableClock()
+    async with database.session() as db:  # a sender claims it, then dies before any mark
+        assert len(await OutboxRepository(db).claim_due(clock(), lease=RetryPolicy().lease)) == 1
+    retried = await enqueue(database, "out-retried")
+    adapter = FlakyAdapter(failures=[DeliveryError("slow down", retry_after=1.0)])
+    sender = sender_for(database, adapter, clock)
+    assert await sender.send_due() == 1  # out-retried fails once; out-crashed is leased
+    clock.advance(RetryPolicy().lease.total_seconds())
+    assert await sender.send_due() == 2
+    assert sorted((call.message_id, call.resumed) for call in adapter.calls) == [
+        ("out-crashed", True),
+        ("out-retried", False),
+        ("out-retried", False),
+    ]
+    for row_id in (crashed, retried):
+        assert (await stored(database, row_id)).status == "delivered"
