@@ -43,12 +43,18 @@ class Conversation(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    """A file that came with a message; the gateway keeps its metadata, not its bytes."""
+    """A file that came with a message: its metadata, and where its bytes are fetched from
+    once the message is accepted (`channels.files`)."""
 
     filename: str
     content_type: str
     size: int
     url: str | None = None
+    # How the bytes are fetched after acceptance, as JSON values: `{"stash": key}` for bytes
+    # the channel held at acceptance (mail parts, web uploads: `channels.files.FileStash`),
+    # otherwise what the channel's own `fetch_attachment` needs (Slack's file id and
+    # download URL, Teams' download URL). Empty: the bytes cannot be fetched.
+    source: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +128,10 @@ class ChannelMessage:
             timestamp=datetime.fromisoformat(record["timestamp"]),
             thread_id=record.get("thread_id", ""),
             tenant=record.get("tenant", ""),
-            attachments=tuple(Attachment(**item) for item in record.get("attachments", ())),
+            attachments=tuple(
+                Attachment(**{**item, "source": dict(item.get("source") or {})})
+                for item in record.get("attachments", ())
+            ),
             forwarded=ForwardedContent(**forwarded) if forwarded else None,
             reply_context=dict(record.get("reply_context", {})),
             raw=dict(raw or {}),
