@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
 from channels.base import ChannelType, DeliveryReceipt, InboxPort, OutboundMessage
+from channels.files import FileStash
 
 SettingsT = TypeVar("SettingsT")
 SectionT = TypeVar("SectionT", bound=BaseModel)
@@ -129,6 +130,9 @@ class ChannelServices:
     feed: ReplyFeed
     exports: ExportReader
     history: ConversationHistory = NO_HISTORY
+    # Where the bytes of files the channel holds at acceptance go (mail parts, web uploads);
+    # None: the channel keeps their names only.
+    files: FileStash | None = None
 
 
 class CheckSkippedError(Exception):

@@ -18,6 +18,7 @@ from channels.registry import channel_plugin
 from gateway.admin import Administration
 from gateway.dispatcher import Dispatcher
 from gateway.exports import SessionExports
+from gateway.files import TranscriptStash
 from gateway.identity import IdentityResolver, sync_identities
 from gateway.inbox import Inbox
 from gateway.jobs import BackgroundJobs
@@ -32,6 +33,9 @@ from gateway.work_slots import WORK_SLOTS, WaitingLLM, WorkSlots
 from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
 from sessions.compaction import Compactor
 from sessions.engine import SessionEngine
+from sessions.files.limits import ReadLimits
+from sessions.files.reader import FileReader
+from sessions.files.turn_files import FileIntake
 from sessions.llm import OFFLINE_LABEL, LLMClient, OfflineLLM
 from sessions.recall import RecallSearch
 from sessions.recall_embedding import installed_embedder
@@ -51,6 +55,9 @@ from storage.transcripts import TranscriptStore
 log = get_logger(__name__)
 
 Role = Literal["all", "accept", "turns"]
+# Text kept of one file (about 15,000 tokens): under a third of the default history budget, so
+# a long document is read in part rather than pushing the whole conversation out.
+FILE_TEXT_CHARS = 60_000
 
 
 def open_transcript_store(settings: TranscriptsConfig) -> TranscriptStore:
@@ -273,6 +280,7 @@ class GatewayRuntime:
             reply_lease=outbox.policy.lease,
             find_referenced=reference_finder(database) if settings.resume_by_reference else None,
             waiting=work_slots.waiting,
+            files=FileIntake(transcripts, FileReader(ReadLimits(max_text_chars=FILE_TEXT_CHARS))),
         )
         processor = TurnProcessor(
             database,
@@ -315,6 +323,7 @@ class GatewayRuntime:
                 feed=feed,
                 exports=exports,
                 history=history,
+                files=TranscriptStash(transcripts),
             )
             adapters[channel_type] = plugin.open(channel_settings, services)
         email_lookups = {
@@ -403,5 +412,7 @@ class GatewayRuntime:
         if self.toolbox is not None:
             await self.toolbox.close()
         await self.engine.llm.close()
+        if self.service.files is not None:
+            self.service.files.reader.close()
         await self.database.dispose()
         log.info("gateway.stopped")

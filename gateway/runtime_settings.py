@@ -16,6 +16,7 @@ from typing import Any
 
 from channels.base import ChannelType
 from channels.registry import channel_plugins
+from gateway.files import MB, FileLimits
 from gateway.settings import GatewayConfig, ToolsConfig
 from gateway.turns import TurnSettings
 from sessions.compaction import CompactionPolicy
@@ -64,6 +65,7 @@ RELOADABLE: tuple[str, ...] = (
     "sessions.compaction",
     "recall",
     "live",
+    "files",
     "organizations",
     "identity",
     "retention",
@@ -132,6 +134,12 @@ def runtime_settings(config: GatewayConfig) -> RuntimeSettings:
             ),
             public_url=config.server.public_url or "",
             status_texts=config.live.status.model_dump(),
+            files=FileLimits(
+                enabled=config.files.enabled,
+                max_file_bytes=config.files.max_file_mb * MB,
+                max_message_bytes=config.files.max_message_mb * MB,
+                max_files=config.files.max_files_per_message,
+            ),
         ),
         jobs=JobSettings(
             archive_after=sessions.archive_after,

@@ -273,6 +273,19 @@ class RecallConfig(StrictModel):
     dense: bool = False
 
 
+class FilesConfig(StrictModel):
+    """Files people send with their messages: the assistant reads them within these limits;
+    a file over them gets a sentence in the reply instead."""
+
+    enabled: bool = True
+    # One file, in megabytes (the Messages API takes PDFs of up to 32 MB per request).
+    max_file_mb: int = Field(default=25, ge=1, le=500)
+    # All the files of one message together, in megabytes.
+    max_message_mb: int = Field(default=50, ge=1, le=1000)
+    # Files read per message; the rest are named in the reply as not read.
+    max_files_per_message: int = Field(default=10, ge=1, le=100)
+
+
 class RetentionConfig(StrictModel):
     """How long archived sessions are kept."""
 
@@ -325,6 +338,7 @@ class GatewayConfig(StrictModel):
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     recall: RecallConfig = Field(default_factory=RecallConfig)
     live: LiveConfig = Field(default_factory=LiveConfig)
+    files: FilesConfig = Field(default_factory=FilesConfig)
     organizations: tuple[OrganizationConfig, ...] = ()
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)

@@ -25,11 +25,13 @@ from channels.base import ChannelMessage, ChannelType, FileToSend
 from channels.live import LiveChannel, ReplyTarget, TitledChannel
 from channels.plugin import ChannelAdapter
 from gateway.commands import Command, CommandContext, parse_command, run_command
+from gateway.files import FileGatherer, FileLimits
 from gateway.identity import ResolvedUser
 from gateway.live import HandleOnly, LiveProgress
 from gateway.log import bind_turn_context, clear_turn_context, get_logger
 from gateway.metrics import GatewayMetrics
 from gateway.work_slots import WorkSlots
+from sessions.files.turn_files import IncomingFile
 from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.routing import Arrival, RoutingPolicy
 from sessions.turn import LIVE_REPLY_KEY, ReplyAddress, TurnService, UserTurn, new_outbound_id
@@ -93,6 +95,8 @@ class TurnSettings:
     public_url: str = ""
     # What live replies say while the assistant works, by `sessions.progress.StatusKind`.
     status_texts: Mapping[str, str] = field(default_factory=dict)
+    # How much the files of a message may bring.
+    files: FileLimits = field(default_factory=FileLimits)
 
 
 def arrival_of(message: ChannelMessage, user: ResolvedUser) -> Arrival:
@@ -141,6 +145,8 @@ class TurnProcessor:
         # The channels' adapters (for live replies and thread titles).
         # (The runtime's own map, filled once the channels are open: kept, never copied.)
         self.adapters: Mapping[ChannelType, ChannelAdapter] = {} if adapters is None else adapters
+        # The files of a message, from the channel's stash or platform, for its turn.
+        self.files = FileGatherer(transcripts, settings.files)
         # Live messages of events whose turn failed and waits for another attempt here.
         self._live_handles: dict[int, Mapping[str, Any]] = {}
         # Live replies opened as their message arrived (`show_working`), not yet taken by
@@ -152,6 +158,7 @@ class TurnProcessor:
         """Apply reloaded routing, budget, public URL and status texts to the next turn."""
         self.settings = settings
         self.service.routing = settings.routing
+        self.files.limits = settings.files
 
     async def process(self, event: QueuedEvent, user: ResolvedUser) -> bool:
         """Answer one event; failures are retried up to three times, then apologised for.
@@ -241,11 +248,17 @@ class TurnProcessor:
             notified=not recently,
         )
         self._send(reply)
+        await self.files.discard(message)
 
     async def _answer(self, event: QueuedEvent, user: ResolvedUser, live: TurnLive) -> None:
         message = event.message
         channel = message.channel_type.value
         committed = False
+        files: tuple[IncomingFile, ...] = ()
+        if message.attachments:
+            # Fetched from the platform with the work slot given up: a download is a wait.
+            async with self.work_slots.waiting():
+                files = await self.files.gather(message, live.adapter)
         try:
             result = await self.service.answer(
                 UserTurn(
@@ -261,6 +274,7 @@ class TurnProcessor:
                         delivered_on_store=channel in self.settings.pull_channels,
                     ),
                     metadata=_message_metadata(message),
+                    files=files,
                 ),
                 live.progress,
             )
@@ -276,6 +290,8 @@ class TurnProcessor:
         if result.compacted:
             self.metrics.compactions.inc()
         self._send(result.outbound)
+        if message.attachments:
+            await self.files.discard(message)  # stored under the session now
         topic = await self.service.after_reply(result)
         if topic and isinstance(live.adapter, TitledChannel):
             await live.adapter.set_title(live.target, topic)
@@ -387,6 +403,8 @@ class TurnProcessor:
                     live=live,
                 )
         self._send(reply)
+        if finished and message.attachments:
+            await self.files.discard(message)  # nothing will read them any more
         return True
 
     async def _enqueue(

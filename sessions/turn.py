@@ -28,6 +28,7 @@ and gets back a `TurnResult`; it sends the committed reply and then calls `after
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -44,6 +45,7 @@ from sessions.compaction import transcript_line
 from sessions.context import HistoryMessage
 from sessions.engine import SessionEngine
 from sessions.engine_values import ConfirmedCall, NewMessage, ToolRequest, TurnOutcome
+from sessions.files.turn_files import FileIntake, IncomingFile, TurnFiles, message_blocks
 from sessions.llm import estimate_tokens
 from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.routing import Arrival, RoutingPolicy, resolve_session
@@ -103,6 +105,8 @@ class UserTurn:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     # Resume by reference may look up an archived session the text continues.
     may_resume_by_reference: bool = True
+    # The files that came with the message (their bytes, or why the gateway has none).
+    files: tuple[IncomingFile, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +148,11 @@ class TurnService:
         reply_lease: timedelta,
         find_referenced: Callable[[str, str], Awaitable[str | None]] | None = None,
         waiting: Callable[[], AbstractAsyncContextManager[None]] = nullcontext,
+        files: FileIntake | None = None,
     ) -> None:
         self.database = database
+        # Stores and reads the files that come with messages (None: their names only).
+        self.files = files
         self.engine = engine
         self.transcripts = transcripts
         self.routing = routing
@@ -198,8 +205,15 @@ class TurnService:
                 if waiting is not None and waiting.user_id == arrival.user_id
                 else None
             )
-        loaded = self.engine.context_from(reads)
         structlog.contextvars.bind_contextvars(session_id=session_id)
+        taken = None
+        if turn.files and self.files is not None:
+            ref = SessionRef(org_id, arrival.user_id, session_id)
+            taken = await self.files.take(ref, turn.files, progress)
+            pending = _with_files(pending, turn.text, taken)
+        loaded = self.engine.context_from(
+            dataclasses.replace(reads, history=(*reads.history[:-1], pending))
+        )
         log.info("turn.started", route=route.reason)
         started = time.perf_counter()
         outcome: TurnOutcome | None = None
@@ -219,16 +233,22 @@ class TurnService:
         live = await progress.settle()
         produced: tuple[NewMessage, ...] = outcome.messages if outcome else ()
         reply_text = outcome.reply_text if outcome else LLM_APOLOGY_TEXT
+        if taken is not None and taken.problems:
+            reply_text = f"{reply_text}\n\n" + " ".join(taken.problems)
         reply_id = new_outbound_id()
         to_store = [
             MessageToStore(
                 role="user",
                 channel_type=arrival.channel_type,
                 thread_id=arrival.thread_id,
-                content=turn.text,
+                content=pending.content,
                 message_id=turn.message_id,
-                tokens=pending.tokens,
-                metadata=turn.metadata,
+                # What later turns resend: the stored text (the files' native pages and
+                # pictures go with this turn only).
+                tokens=estimate_tokens(pending.content),
+                metadata={**turn.metadata, "files": list(taken.records)}
+                if taken is not None
+                else turn.metadata,
             ),
             *(
                 MessageToStore(
@@ -431,6 +451,18 @@ class TurnService:
             claimed_until=at + self.reply_lease,
         )
         return None if address.delivered_on_store else row
+
+
+def _with_files(pending: HistoryMessage, text: str, files: TurnFiles) -> HistoryMessage:
+    """The pending user message with its files: stored as text, shown to the model in this
+    turn as blocks (PDF pages and images natively)."""
+    stored = "\n\n".join(part for part in (text, files.text) if part)
+    return dataclasses.replace(
+        pending,
+        content=stored,
+        tokens=estimate_tokens(stored) + files.native_tokens,
+        blocks=message_blocks(files, text),
+    )
 
 
 YES_ANSWERS = frozenset({"yes", "y"})

@@ -103,6 +103,16 @@ class LocalTranscriptStore:
         except OSError as exc:
             raise StorageError(f"cannot read transcript object: {exc}", key=key) from exc
 
+    async def delete(self, key: str) -> None:
+        """Remove the file under `key`; a missing one is not an error."""
+        await asyncio.to_thread(self._delete_one_sync, key)
+
+    def _delete_one_sync(self, key: str) -> None:
+        try:
+            self._path(key).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot delete transcript object: {exc}", key=key) from exc
+
     async def stat(self, key: str) -> StoredObject | None:
         """Return the size of the file under `key`, or None when there is none."""
         return await asyncio.to_thread(self._stat_sync, key)

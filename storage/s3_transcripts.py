@@ -234,6 +234,15 @@ class S3TranscriptStore:
         except BotoCoreError as exc:
             raise _storage_error("get_object", key, exc) from exc
 
+    async def delete(self, key: str) -> None:
+        """DELETE the object (S3 answers the same whether it existed or not)."""
+        object_key = self._object_key(key)
+        await self._run(
+            "delete_object",
+            key,
+            functools.partial(self._client.delete_object, Bucket=self.bucket, Key=object_key),
+        )
+
     async def stat(self, key: str) -> StoredObject | None:
         """HEAD the object: its size, or None when it does not exist."""
         object_key = self._object_key(key)

@@ -7,6 +7,8 @@ that are the same for every backend::
     sessions/{org_id}/{user_id}/{session_id}/transcript.jsonl      (legacy, read only)
     sessions/{org_id}/{user_id}/{session_id}/compact_001.json
     sessions/{org_id}/{user_id}/{session_id}/archive/full_transcript_pre_compact_001.jsonl
+    sessions/{org_id}/{user_id}/{session_id}/files/{sha256}        (a file the user sent)
+    incoming/{token}              (a file's bytes from acceptance until its turn stores them)
 
 A transcript is append-only segments: each `append_lines` (one turn: the user's message and
 the assistant's) writes one new object named by the session sequence number of its first line,
@@ -15,7 +17,8 @@ rewriting one growing object costs the whole transcript every time). `read_trans
 the legacy `transcript.jsonl` that earlier versions grew in place, if there is one, then the
 segments in key order (ten digits keep key order and number order the same).
 
-Compactions and pre-compact archives are immutable objects (`write_archive` never overwrites).
+Compactions, pre-compact archives and files are immutable objects (`write_archive` never
+overwrites).
 This module owns those values and keys and the `TranscriptStore` protocol; the stores are
 `storage.local_transcripts` (a folder) and `storage.s3_transcripts`. Neither store knows what
 a compaction is: that is `sessions/`' job.
@@ -211,6 +214,10 @@ def join_transcript(parts: Iterable[bytes]) -> bytes:
     return b"".join(part if part.endswith(b"\n") else part + b"\n" for part in parts if part)
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+INCOMING_PREFIX = "incoming/"
+
+
 def _check_number(n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise StorageError(f"compaction number must be an integer >= 1, got {n!r}")
@@ -226,6 +233,21 @@ def pre_compact_archive_key(ref: SessionRef, n: int) -> str:
     """Return the key of the full transcript archived before the n-th compaction (n >= 1)."""
     _check_number(n)
     return f"{session_prefix(ref)}archive/full_transcript_pre_compact_{n:03d}.jsonl"
+
+
+def session_file_key(ref: SessionRef, sha256: str) -> str:
+    """Return the key of a file the user sent in the session, named by its SHA-256 (the same
+    file sent twice in a session is stored once)."""
+    if not _SHA256.fullmatch(sha256):
+        raise StorageError("a file key needs a SHA-256 in hex", key=sha256)
+    return f"{session_prefix(ref)}files/{sha256}"
+
+
+def incoming_file_key(token: str) -> str:
+    """Return the key under which a channel keeps a file's bytes from acceptance until the
+    turn stores them under its session (`channels.files.FileStash`)."""
+    _check_component("token", token)
+    return f"{INCOMING_PREFIX}{token}"
 
 
 def check_key(key: str) -> None:
@@ -269,6 +291,10 @@ class TranscriptStore(Protocol):
 
     async def list_session(self, ref: SessionRef) -> list[str]:
         """Return every key under the session's prefix, sorted."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Delete one object; a missing one is not an error."""
         ...
 
     async def delete_session(self, ref: SessionRef) -> int:

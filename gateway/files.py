@@ -1,0 +1,125 @@
+"""Files people send, from the channel to the turn.
+
+`TranscriptStash` keeps the bytes a channel holds when it accepts a message (a mail's parts, a
+web upload) in the transcript store under `incoming/` until the turn has stored them under its
+session; `FileGatherer` collects a message's files for its turn, within the configured limits:
+from the stash, or fetched by the channel from its platform (`channels.files.FileChannel`).
+A file that cannot be had is handed on with the reason, so the reply can say it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from channels.base import Attachment, ChannelMessage
+from channels.files import STASH_KEY, AttachmentError, FileChannel, size_text, too_large
+from channels.plugin import ChannelAdapter
+from errors import StorageError
+from gateway.log import get_logger
+from sessions.files.turn_files import IncomingFile
+from storage.transcripts import TranscriptStore, incoming_file_key
+
+log = get_logger(__name__)
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FileLimits:
+    """How much a message may bring (`files` in the config)."""
+
+    enabled: bool = True
+    max_file_bytes: int = 25 * MB
+    max_message_bytes: int = 50 * MB
+    max_files: int = 10
+
+
+class TranscriptStash:
+    """`channels.files.FileStash` over the transcript store."""
+
+    def __init__(self, transcripts: TranscriptStore) -> None:
+        self.transcripts = transcripts
+
+    async def put(self, data: bytes) -> str:
+        """Keep `data` under a new key (raises `StorageError`: the message is refused and the
+        platform or sender retries)."""
+        key = uuid.uuid4().hex
+        await self.transcripts.write_archive(incoming_file_key(key), data)
+        return key
+
+
+class FileGatherer:
+    """The files of a message, for its turn."""
+
+    def __init__(self, transcripts: TranscriptStore, limits: FileLimits) -> None:
+        self.transcripts = transcripts
+        self.limits = limits
+
+    async def gather(
+        self, message: ChannelMessage, adapter: ChannelAdapter | None
+    ) -> tuple[IncomingFile, ...]:
+        """Each attachment's bytes, or why there are none. Raises `StorageError` when a
+        stashed file cannot be read now (the turn is retried)."""
+        limits = self.limits
+        gathered: list[IncomingFile] = []
+        total = 0
+        for index, attachment in enumerate(message.attachments):
+            if not limits.enabled:
+                problem = "reading files is turned off here"
+            elif index >= limits.max_files:
+                problem = f"only the first {limits.max_files} files of a message are read"
+            elif attachment.size > limits.max_file_bytes:
+                problem = too_large(attachment.size, limits.max_file_bytes).reason
+            else:
+                try:
+                    data = await self._bytes_of(attachment, adapter)
+                except AttachmentError as exc:
+                    problem = exc.reason
+                else:
+                    if total + len(data) > limits.max_message_bytes:
+                        problem = (
+                            f"the files of one message may hold "
+                            f"{size_text(limits.max_message_bytes)} together"
+                        )
+                    else:
+                        total += len(data)
+                        gathered.append(
+                            IncomingFile(attachment.filename, attachment.content_type, data)
+                        )
+                        continue
+            log.info(
+                "files.not_gathered",
+                channel=message.channel_type.value,
+                message_id=message.message_id,
+                name=attachment.filename,
+                problem=problem,
+            )
+            gathered.append(
+                IncomingFile(attachment.filename, attachment.content_type, None, problem)
+            )
+        return tuple(gathered)
+
+    async def discard(self, message: ChannelMessage) -> None:
+        """Drop the stashed bytes of a message whose turn stored them (or that was refused);
+        a failure leaves them for the next sweep, logged."""
+        for attachment in message.attachments:
+            key = attachment.source.get(STASH_KEY)
+            if isinstance(key, str):
+                try:
+                    await self.transcripts.delete(incoming_file_key(key))
+                except StorageError as exc:
+                    log.warning("files.stash_not_discarded", key=key, error=str(exc))
+
+    async def _bytes_of(self, attachment: Attachment, adapter: ChannelAdapter | None) -> bytes:
+        limit = self.limits.max_file_bytes
+        key = attachment.source.get(STASH_KEY)
+        if isinstance(key, str):
+            data = await self.transcripts.read(incoming_file_key(key))
+        elif attachment.source and isinstance(adapter, FileChannel):
+            data = await adapter.fetch_attachment(attachment, max_bytes=limit)
+        else:
+            raise AttachmentError("this channel did not pass the file on")
+        if len(data) > limit:
+            raise too_large(len(data), limit)
+        return data
