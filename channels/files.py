@@ -33,6 +33,10 @@ class FileStash(Protocol):
         """Keep `data`; the key to name in `Attachment.source`."""
         ...
 
+    async def discard(self, key: str) -> None:
+        """Drop what `put` kept under `key` (the message was not accepted after all)."""
+        ...
+
 
 @runtime_checkable
 class FileChannel(Protocol):

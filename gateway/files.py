@@ -48,6 +48,13 @@ class TranscriptStash:
         await self.transcripts.write_archive(incoming_file_key(key), data)
         return key
 
+    async def discard(self, key: str) -> None:
+        """Delete the bytes under `key`; a failure is logged (the next sweep removes them)."""
+        try:
+            await self.transcripts.delete(incoming_file_key(key))
+        except StorageError as exc:
+            log.warning("files.stash_not_discarded", key=key, error=str(exc))
+
 
 class FileGatherer:
     """The files of a message, for its turn."""
@@ -55,6 +62,7 @@ class FileGatherer:
     def __init__(self, transcripts: TranscriptStore, limits: FileLimits) -> None:
         self.transcripts = transcripts
         self.limits = limits
+        self.stash = TranscriptStash(transcripts)
 
     async def gather(
         self, message: ChannelMessage, adapter: ChannelAdapter | None
@@ -106,10 +114,7 @@ class FileGatherer:
         for attachment in message.attachments:
             key = attachment.source.get(STASH_KEY)
             if isinstance(key, str):
-                try:
-                    await self.transcripts.delete(incoming_file_key(key))
-                except StorageError as exc:
-                    log.warning("files.stash_not_discarded", key=key, error=str(exc))
+                await self.stash.discard(key)
 
     async def _bytes_of(self, attachment: Attachment, adapter: ChannelAdapter | None) -> bytes:
         limit = self.limits.max_file_bytes

@@ -58,6 +58,8 @@ async def export_session(db: AsyncSession, session: Session) -> dict[str, Any]:
                 "content": m.content,
                 "created_at": m.created_at.isoformat(),
                 **({"blocks": m.metadata_json["blocks"]} if m.metadata_json.get("blocks") else {}),
+                # The files that came with it (their bytes are under `files/` in the export).
+                **({"files": m.metadata_json["files"]} if m.metadata_json.get("files") else {}),
             }
             for m in messages
         ],

@@ -57,6 +57,8 @@ from channels.email.outbound import (
     domain_of,
 )
 from channels.email.parse import parse_email, references_of
+from channels.email.parts import attachment_parts
+from channels.files import STASH_KEY, FileStash
 from channels.plugin import SentMessages
 from errors import ChannelPayloadError, GatewayError, StorageError
 
@@ -104,8 +106,11 @@ class EmailChannel:
         sent: SentMessages | None = None,
         resolver: Resolver = dns_resolver,
         on_rejected: Callable[[int, str], None] | None = None,
+        files: FileStash | None = None,
     ) -> None:
         self.settings = settings
+        # Where the attachments' bytes wait for the turn (None: their names only).
+        self.files = files
         self.inbox = inbox
         self.clock = clock
         self.sent = sent
@@ -254,12 +259,16 @@ class EmailChannel:
             return self._reject(550, f"5.6.0 {exc}")
         message = dataclasses.replace(message, raw={**message.raw, "auth": verdict.to_dict()})
         try:
+            message = await self._stash_attachments(message, data)
             result = await self.inbox.accept(message)
         except StorageError as exc:
             log.error("email.store_failed", message_id=message.message_id, error=str(exc))
+            await self._discard_attachments(message)
             return self._reject(451, "4.3.0 Temporary failure storing the message, try again")
         if result.accepted:
             self.rate_limit.record(sender)
+        else:
+            await self._discard_attachments(message)  # the first copy has its own
         log.info(
             "email.accepted",
             message_id=message.message_id,
@@ -268,6 +277,25 @@ class EmailChannel:
             forwarded=message.forwarded is not None,
         )
         return f"250 2.0.0 OK {'duplicate' if not result.accepted else 'queued'}"
+
+    async def _stash_attachments(self, message: ChannelMessage, data: bytes) -> ChannelMessage:
+        """The message with its attachments' bytes in the stash (nested ones included), so
+        the turn can read them; unchanged without a stash or attachments."""
+        if self.files is None or not message.attachments:
+            return message
+        stashed = []
+        for attachment, payload in await asyncio.to_thread(attachment_parts, data):
+            key = await self.files.put(payload)
+            stashed.append(dataclasses.replace(attachment, source={STASH_KEY: key}))
+        return dataclasses.replace(message, attachments=tuple(stashed))
+
+    async def _discard_attachments(self, message: ChannelMessage) -> None:
+        if self.files is None:
+            return
+        for attachment in message.attachments:
+            key = attachment.source.get(STASH_KEY)
+            if isinstance(key, str):
+                await self.files.discard(key)
 
     async def _parse(self, data: bytes, recipient: str) -> ChannelMessage:
         own_texts: list[str] = []

@@ -48,6 +48,7 @@ def open_email(settings: EmailSettings, services: ChannelServices) -> ChannelAda
         clock=services.clock,
         sent=services.sent,
         on_rejected=services.on_rejected,
+        files=services.files,
     )
 
 
