@@ -7,7 +7,8 @@ once, before bolt sees them (`endpoint.py`: size, signature, shapes); `SlackSend
 (`send.py`) and `SlackPeople` for names and email addresses (`people.py`). It is a
 `channels.live.LiveChannel`: answers are shown while they are written (`live.py`), and the
 final send finishes that message (`finish.py`); `SlackAssistant` (`assistant.py`) answers the
-agent surface's events (greeting, suggested prompts).
+agent surface's events (greeting, suggested prompts). It is a `channels.files.FileChannel`: the
+files people send are downloaded when the turn runs (`files.py`).
 """
 
 from __future__ import annotations
@@ -30,11 +31,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from channels.base import ChannelType, Conversation, DeliveryReceipt, InboxPort, OutboundMessage
+from channels.base import (
+    Attachment,
+    ChannelType,
+    Conversation,
+    DeliveryReceipt,
+    InboxPort,
+    OutboundMessage,
+)
+from channels.download import DOWNLOAD_TIMEOUT
 from channels.live import ReplyTarget
 from channels.plugin import ThreadDirectory
 from channels.slack.assistant import AssistantSettings, SlackAssistant
 from channels.slack.endpoint import bolt_response, verified_body
+from channels.slack.files import SlackFiles
 from channels.slack.handle import LiveMessage, StreamedText
 from channels.slack.inbound import SlackInbound
 from channels.slack.live import LIVE_INTERVAL, LiveShared, SlackLiveReply, live_place
@@ -60,6 +70,7 @@ class SlackSettings:
     max_text_chars: int = 16_000
     streaming: bool = True
     assistant: AssistantSettings = field(default_factory=AssistantSettings)
+    file_timeout: float = DOWNLOAD_TIMEOUT  # seconds to fetch one file, lookup included
 
 
 class SlackChannel:
@@ -95,6 +106,12 @@ class SlackChannel:
         self.on_rejected = on_rejected or (lambda _status, _reason: None)
         self.client = AsyncWebClient(token=settings.bot_token, base_url=settings.api_base_url)
         self.people = SlackPeople(self.client)
+        self.files = SlackFiles(
+            self.client,
+            bot_token=settings.bot_token,
+            api_base_url=settings.api_base_url,
+            timeout=settings.file_timeout,
+        )
         streamed = StreamedText()
         self.live = LiveShared(streamed=streamed, clock=clock)
         self.sender = SlackSender(self.client, streamed)
@@ -162,6 +179,7 @@ class SlackChannel:
             await self._socket.close_async()
         await self.inbound.finish_notices()
         await self.assistant.finish()
+        await self.files.close()
 
     def routes(self) -> list[Route]:
         """`POST /slack/events`: events, interactivity and shortcuts on one endpoint (none in
@@ -199,6 +217,11 @@ class SlackChannel:
             )
         except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
             log.info("slack.title_not_set", channel=place.channel, error=str(exc))
+
+    async def fetch_attachment(self, attachment: Attachment, *, max_bytes: int) -> bytes:
+        """A file someone sent, downloaded with the bot token (`SlackFiles.fetch`); raises
+        `AttachmentError` with the reason the user reads."""
+        return await self.files.fetch(attachment, max_bytes=max_bytes)
 
     async def email_of(self, user_identifier: str) -> str | None:
         """The email address in a Slack user's profile (`TEAM:USER`), for `link_by_email`."""

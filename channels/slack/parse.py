@@ -68,24 +68,56 @@ def _listed(value: object, name: str) -> list[Any]:
     return value
 
 
-def _size(value: object) -> int:
+def file_size(item: Mapping[str, Any]) -> int:
+    """The size a Slack file object declares, 0 when it does not say."""
     try:
-        return max(int(str(value or 0)), 0)
+        return max(int(str(item.get("size") or 0)), 0)
     except ValueError:
         return 0
 
 
+def file_source(item: Mapping[str, Any]) -> dict[str, Any]:
+    """What fetching a Slack file needs (`channels.slack.files`): its id, where to download
+    it (`url_private_download`, else `url_private`), whether Slack does not host it (a Google
+    Drive or Dropbox link), and whether the event named it without describing it
+    (`file_access: check_file_info`, as in Slack Connect: `files.info` says the rest)."""
+    source: dict[str, Any] = {
+        "slack_file": str(item.get("id") or ""),
+        "external": bool(item.get("is_external") or item.get("external_type")),
+    }
+    download = item.get("url_private_download") or item.get("url_private")
+    if download:
+        source["download"] = str(download)
+    if item.get("file_access") == "check_file_info":
+        source["lookup"] = True
+    return source
+
+
 def _attachments(event: Mapping[str, Any]) -> tuple[Attachment, ...]:
-    return tuple(
-        Attachment(
-            filename=str(item.get("name") or item.get("title") or "file"),
-            content_type=str(item.get("mimetype") or "application/octet-stream"),
-            size=_size(item.get("size")),
-            url=str(item["url_private"]) if item.get("url_private") else None,
+    """The files of a message and of the messages shared into it, each file once (a shared
+    message's odd `files` is skipped: the message itself is still worth answering)."""
+    items = list(_listed(event.get("files"), "files"))
+    for shared in _listed(event.get("attachments"), "attachments"):
+        if isinstance(shared, Mapping) and (shared.get("is_share") or shared.get("is_msg_unfurl")):
+            files = shared.get("files")
+            items += files if isinstance(files, list) else []
+    found: dict[str, Attachment] = {}
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        source = file_source(item)
+        key = source["slack_file"] or f"#{len(found)}"  # a file without an id is kept too
+        found.setdefault(
+            key,
+            Attachment(
+                filename=str(item.get("name") or item.get("title") or "file"),
+                content_type=str(item.get("mimetype") or "application/octet-stream"),
+                size=file_size(item),
+                url=str(item["url_private"]) if item.get("url_private") else None,
+                source=source,
+            ),
         )
-        for item in _listed(event.get("files"), "files")
-        if isinstance(item, Mapping)
-    )
+    return tuple(found.values())
 
 
 def permalink(team_domain: str, channel: str, ts: str) -> str:

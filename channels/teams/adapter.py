@@ -9,7 +9,8 @@ them long after the request (proactive messaging), into the same reply chain.
 
 Live replies (`channels.live.LiveChannel`): `live_reply` streams the answer into a personal
 chat or shows a typing indicator elsewhere (`channels.teams.live`), and `send` finishes a
-streamed reply with its final message instead of posting a second one.
+streamed reply with its final message instead of posting a second one. Files people send are
+fetched when the turn runs (`channels.files.FileChannel`, `channels.teams.files`).
 
 Bot Framework specifics stay in this package, so a move to the M365 Agents SDK touches only it.
 
@@ -33,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from channels.base import (
+    Attachment,
     ChannelType,
     DeliveryReceipt,
     InboxPort,
@@ -53,6 +55,7 @@ from channels.teams.auth import (
     TeamsCredentialsFactory,
 )
 from channels.teams.connector import ChatPace, TeamsConnector, message_activity
+from channels.teams.files import TeamsFiles
 from channels.teams.live import LIVE_INTERVAL, TeamsStreams
 from channels.teams.parse import (
     bot_was_added,
@@ -99,7 +102,8 @@ class TeamsSettings:
     streaming: bool = True  # live replies: streamed in personal chats, typing elsewhere
     token_issuer: str = BOT_FRAMEWORK_ISSUER
     oauth_scope: str = DEFAULT_SCOPE
-    request_timeout: float = 30.0
+    request_timeout: float = 30.0  # also the limit for fetching one file
+    file_hosts: tuple[str, ...] = ()  # more hosts files may come from (`channels.teams.files`)
 
 
 class TeamsChannel:
@@ -146,6 +150,13 @@ class TeamsChannel:
         self._connector = TeamsConnector(
             self._credentials, request_timeout=settings.request_timeout, clock=clock
         )
+        self._files = TeamsFiles(
+            self._credentials,
+            self._http,
+            file_hosts=settings.file_hosts,
+            trust_service_url=not settings.insecure_dev_mode,
+            timeout=settings.request_timeout,
+        )
         self._streams = TeamsStreams(self._connector, pace or ChatPace(LIVE_INTERVAL), clock=clock)
         if settings.insecure_dev_mode:
             log.warning(
@@ -191,13 +202,20 @@ class TeamsChannel:
             return None
         return self._streams.reply(target, resume)
 
+    async def fetch_attachment(self, attachment: Attachment, *, max_bytes: int) -> bytes:
+        """A file someone sent (`TeamsFiles.fetch`); raises `AttachmentError` with the reason
+        the user reads."""
+        return await self._files.fetch(attachment, max_bytes=max_bytes)
+
     async def start(self) -> None:
         """Nothing to open: activities arrive on the HTTP route."""
 
     def reconfigure(self, settings: TeamsSettings) -> None:
         """Apply the reloaded tenant allow-list, text limit and streaming switch to the next
-        activity and turn (the app credentials and endpoints need a restart)."""
+        activity and turn, and the file hosts to the next fetch (the app credentials and
+        endpoints need a restart)."""
         self.settings = settings
+        self._files.file_hosts = settings.file_hosts
 
     async def stop(self) -> None:
         """Close the connector sessions and the HTTP client; drop the keys from the SDK's cache."""

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
+from typing import Annotated
+
 from pydantic import (
+    AfterValidator,
     SecretStr,
     ValidationInfo,
     field_validator,
@@ -16,6 +21,28 @@ from primitives.config_types import (
     is_blank,
     rule_error,
 )
+
+_HOST_NAME = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
+
+
+def _check_file_host(value: str) -> str:
+    """A host name, `*.` and a domain below a top-level one, or an IP address: never a URL,
+    since the scheme is the gateway's to choose (https; http only to loopback) and any port
+    is allowed."""
+    host = value.strip().lower().rstrip(".")
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        pass
+    if not _HOST_NAME.fullmatch(host) or (host.startswith("*.") and host.count(".") < 2):
+        raise rule_error(
+            f"invalid file host {value!r}: write a host name (files.example.com), "
+            "*. and a domain (*.example.com) or an IP address, without scheme or port"
+        )
+    return host
+
+
+FileHost = Annotated[str, AfterValidator(_check_file_host)]
 
 
 class TeamsChannelConfig(StrictModel):
@@ -31,6 +58,8 @@ class TeamsChannelConfig(StrictModel):
     oauth_token_url: OptionalStr = None
     # Live replies: streamed in personal chats, a typing indicator elsewhere.
     streaming: bool = True
+    # Hosts files may also be fetched from, besides SharePoint/OneDrive and the service URL.
+    file_hosts: tuple[FileHost, ...] = ()
 
     @field_validator("app_id")
     @classmethod

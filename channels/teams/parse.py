@@ -218,6 +218,7 @@ def _attachments(activity: Mapping[str, Any]) -> tuple[Attachment, ...]:
             continue  # the HTML rendering of the message text itself, not a file
         name = str(item.get("name") or "attachment")
         content = _mapping(item.get("content"))
+        source = _file_source(item, content, activity.get("serviceUrl"))
         if content_type == _FILE_DOWNLOAD:
             content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
         url = content.get("downloadUrl") or item.get("contentUrl")
@@ -225,11 +226,27 @@ def _attachments(activity: Mapping[str, Any]) -> tuple[Attachment, ...]:
             Attachment(
                 filename=name,
                 content_type=content_type,
-                size=0,  # Teams does not say; the gateway keeps metadata only
+                size=0,  # Teams does not say
                 url=str(url) if url else None,
+                source=source,
             )
         )
     return tuple(found)
+
+
+def _file_source(
+    item: Mapping[str, Any], content: Mapping[str, Any], service_url: object
+) -> dict[str, Any]:
+    """What fetching the file needs (`channels.teams.files`): a OneDrive/SharePoint file's
+    pre-authenticated `downloadUrl`, or an inline image's `contentUrl` with the service URL
+    whose host serves it to the bot; nothing for cards and other attachments."""
+    download = content.get("downloadUrl")
+    if item.get("contentType") == _FILE_DOWNLOAD and isinstance(download, str) and download:
+        return {"teams_download": download}
+    url = item.get("contentUrl")
+    if str(item.get("contentType") or "").startswith("image/") and isinstance(url, str) and url:
+        return {"teams_content": url, "service_url": str(service_url or "")}
+    return {}
 
 
 def _mentions(entities: object) -> list[Mapping[str, Any]]:

@@ -31,6 +31,7 @@ def settings_of(section: TeamsChannelConfig) -> TeamsSettings:
         oauth_token_url=section.oauth_token_url or None,
         insecure_dev_mode=section.insecure_dev_mode,
         streaming=section.streaming,
+        file_hosts=tuple(section.file_hosts),
     )
 
 
@@ -72,7 +73,7 @@ PLUGIN: ChannelPlugin[TeamsChannelConfig, TeamsSettings] = ChannelPlugin(
     config_model=TeamsChannelConfig,
     settings_of=settings_of,
     open=open_teams,
-    reloadable=frozenset({"tenant_ids", "streaming"}),
+    reloadable=frozenset({"tenant_ids", "streaming", "file_hosts"}),
     restart_only=frozenset(
         {"insecure_dev_mode", "app_id", "app_password", "openid_metadata_url", "oauth_token_url"}
     ),

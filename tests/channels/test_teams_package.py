@@ -232,6 +232,12 @@ def test_the_manifest_names_the_app_id_as_app_and_bot(package: zipfile.ZipFile) 
     assert "{{" not in json.dumps(manifest)
 
 
+def test_the_bot_accepts_files_in_personal_chats(package: zipfile.ZipFile) -> None:
+    [bot] = json.loads(package.read("manifest.json"))["bots"]
+    assert bot["supportsFiles"] is True
+    assert "personal" in bot["scopes"]
+
+
 def test_the_icons_have_the_sizes_the_manifest_requires(package: zipfile.ZipFile) -> None:
     manifest = json.loads(package.read("manifest.json"))
     color = decode_png(package.read(manifest["icons"]["color"]))

@@ -206,12 +206,14 @@ def test_attachments_keep_their_metadata_and_the_html_copy_is_dropped() -> None:
             content_type="application/pdf",
             size=0,
             url="https://download.example/report.pdf?token=x",
+            source={"teams_download": "https://download.example/report.pdf?token=x"},
         ),
         Attachment(
             filename="attachment",
             content_type="image/png",
             size=0,
             url="https://smba.example/img/1",
+            source={"teams_content": "https://smba.example/img/1", "service_url": SERVICE_URL},
         ),
     )
 

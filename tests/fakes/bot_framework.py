@@ -7,6 +7,12 @@ activity posted with a token it issued (`posted`: messages; `typing`: typing act
 their entities), and can be told to fail the next posts (429 with Retry-After, 503, 404 …).
 `mint_token` makes real RS256 JWTs like the channel service's.
 
+Files: `add_content` holds an inline image the connector serves under the service URL
+(`/{region}/v3/attachments/{id}/views/original`, only with a token it issued), and
+`add_shared_file` a OneDrive/SharePoint file behind a pre-authenticated download URL
+(`/sharepoint/{name}?tempauth=…`, no bearer token needed); `file_requests` records each
+download (path and Authorization header).
+
 Streams behave as Teams documents them for personal chats: a `typing` activity with a
 `streaminfo` entity and no `streamId` starts a stream (201, its id is the stream id), later
 updates name it and carry a greater `streamSequence` and text that extends the last streamed
@@ -42,10 +48,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.fakes.file_server import ServedFile, file_response
+
 APP_ID = "2b7e6a0c-3f4d-4c1a-9e2b-5d6f7a8b9c0d"
 APP_PASSWORD = "fake-app-password"
 ISSUER = "https://api.botframework.com"
 KEY_ID = "fake-key-1"
+TEMPAUTH = "v1.fake-tempauth"
 
 
 @functools.cache
@@ -142,6 +151,9 @@ class FakeBotFramework:
         self.stream_errors: list[str] = []
         self.stop_after: int | None = None
         self.streaming_refused = False
+        self.content: dict[str, ServedFile] = {}
+        self.shared_files: dict[str, ServedFile] = {}
+        self.file_requests: list[tuple[str, str | None]] = []
         self._changed = asyncio.Event()
         self._issued: set[str] = set()
         self._ids = itertools.count(1)
@@ -159,6 +171,20 @@ class FakeBotFramework:
     @property
     def service_url(self) -> str:
         return f"{self.url}/amer/"
+
+    def add_content(self, attachment_id: str, served: ServedFile) -> str:
+        """Hold an inline image; its `contentUrl` (under the service URL)."""
+        self.content[attachment_id] = served
+        return f"{self.service_url}v3/attachments/{attachment_id}/views/original"
+
+    def add_shared_file(self, served: ServedFile) -> str:
+        """Hold a shared OneDrive/SharePoint file; its pre-authenticated `downloadUrl`."""
+        self.shared_files[served.name] = served
+        return f"{self.url}/sharepoint/{served.name}?tempauth={TEMPAUTH}"
+
+    def revoke_tokens(self) -> None:
+        """Refuse every token issued so far (as after the app's secret was rotated)."""
+        self._issued.clear()
 
     def fail_next(self, status: int, headers: dict[str, str] | None = None) -> None:
         """Answer the next connector post with `status` (and headers)."""
@@ -255,6 +281,25 @@ class FakeBotFramework:
         token = f"connector-token-{len(self.token_requests)}"
         self._issued.add(token)
         return JSONResponse({"token_type": "Bearer", "expires_in": 3599, "access_token": token})
+
+    async def _content(self, request: Request) -> Response:
+        authorization = request.headers.get("authorization")
+        self.file_requests.append((request.url.path, authorization))
+        if authorization is None or authorization.removeprefix("Bearer ") not in self._issued:
+            return JSONResponse({"error": {"code": "Unauthorized"}}, status_code=401)
+        served = self.content.get(request.path_params["attachment_id"])
+        if served is None:
+            return JSONResponse({"error": {"code": "NotFound"}}, status_code=404)
+        return file_response(served)
+
+    async def _shared(self, request: Request) -> Response:
+        self.file_requests.append((request.url.path, request.headers.get("authorization")))
+        if request.query_params.get("tempauth") != TEMPAUTH:
+            return Response(b"expired", status_code=401)
+        served = self.shared_files.get(request.path_params["name"])
+        if served is None:
+            return Response(b"not found", status_code=404)
+        return file_response(served)
 
     async def _activities(self, request: Request) -> Response:
         authorization = request.headers.get("authorization")
@@ -370,6 +415,12 @@ class FakeBotFramework:
                 Route("/botframework.com/oauth2/v2.0/token", self._token, methods=["POST"]),
                 Route(conversations, self._activities, methods=["POST"]),
                 Route(conversations + "/{activity_id}", self._activities, methods=["POST"]),
+                Route(
+                    "/{region}/v3/attachments/{attachment_id}/views/{view}",
+                    self._content,
+                    methods=["GET"],
+                ),
+                Route("/sharepoint/{name}", self._shared, methods=["GET"]),
             ]
         )
         self._server = _QuietServer(

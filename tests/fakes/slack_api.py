@@ -5,8 +5,11 @@ The API records every call (`calls`: method, parameters and when it arrived) and
 `auth.test`, `users.info` (from `people`), `chat.postMessage`, `chat.update`, the streaming
 methods (`chat.startStream`, `chat.appendStream`, `chat.stopStream`: a stream needs a thread,
 and outside a DM the recipient, as Slack says), `assistant.threads.setStatus`, `.setTitle`,
-`.setSuggestedPrompts`, `conversations.history` and `.replies` (with message metadata) and
-`apps.connections.open` (pointing at `socket_url`). Every message
+`.setSuggestedPrompts`, `conversations.history` and `.replies` (with message metadata),
+`files.info` and `apps.connections.open` (pointing at `socket_url`). It serves the files
+`add_file` gives it at `GET /files/{id}/{name}` to the bot token (`bot_token`), and its
+sign-in page (200, HTML) to anyone else, as Slack does; `file_requests` records each
+download (path and Authorization header). Every message
 it holds is in `messages` (by `ts`: its text now, whether it is still streaming). `script`
 makes the next `chat.postMessage` calls fail, and `fail_attempts` chosen ones (by their number):
 with HTTP 429 and `Retry-After`, a 5xx, or a Slack error code; `fail(method, ...)` does the
@@ -40,11 +43,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.e2e.harness import free_port
+from tests.fakes.file_server import ServedFile, file_response
 from tests.fakes.threaded import ThreadedServer
 
 TEAM = "T0001"
 BOT_USER = "UBOT0001"
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # Slack's documented example secret
+BOT_TOKEN = "xoxb-test"
+SIGN_IN_PAGE = b"<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
 
 
 @dataclass
@@ -99,6 +105,11 @@ class FakeSlackAPI:
     def __init__(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api/"
+        self.root = f"http://127.0.0.1:{self.port}"
+        self.bot_token = BOT_TOKEN
+        self.files: dict[str, ServedFile] = {}
+        self.file_objects: dict[str, dict[str, Any]] = {}  # what files.info answers, by id
+        self.file_requests: list[tuple[str, str | None]] = []
         self.calls: list[SlackCall] = []
         self.script: deque[SlackFailure] = deque()
         self.people: dict[str, dict[str, Any]] = {}
@@ -152,6 +163,22 @@ class FakeSlackAPI:
         """Answer 429 to calls of `method` past `per_second` in any second, per conversation."""
         self.channel_limits[method] = per_second
 
+    def add_file(self, file_id: str, served: ServedFile, **fields: Any) -> dict[str, Any]:
+        """Hold a file; its file object as an event carries it (`fields` added, or replacing
+        the defaults), which `files.info` answers too."""
+        url = f"{self.root}/files/{file_id}/{served.name}"
+        self.files[file_id] = served
+        self.file_objects[file_id] = {
+            "id": file_id,
+            "name": served.name,
+            "mimetype": served.media_type,
+            "size": len(served.content),
+            "url_private": url,
+            "url_private_download": f"{url}?download=1",
+            **fields,
+        }
+        return dict(self.file_objects[file_id])
+
     def thread(self, channel: str, thread_ts: str | None) -> list[SlackMessage]:
         """The messages the app has in a conversation's thread (None: top level), oldest first."""
         return [
@@ -195,6 +222,11 @@ class FakeSlackAPI:
             if person is None:
                 return JSONResponse({"ok": False, "error": "user_not_found"})
             return JSONResponse({"ok": True, "user": person})
+        if method == "files.info":
+            found = self.file_objects.get(str(params.get("file")))
+            if found is None:
+                return JSONResponse({"ok": False, "error": "file_not_found"})
+            return JSONResponse({"ok": True, "file": found})
         if method == "apps.connections.open":
             return JSONResponse({"ok": True, "url": self.socket_url})
         if method in ("chat.postMessage", "chat.update"):
@@ -354,6 +386,16 @@ class FakeSlackAPI:
         self.uploads[request.path_params["file_id"]]["content"] = (await request.body()).decode()
         return Response(f"OK - {len(self.uploads)}")
 
+    async def _file(self, request: Request) -> Response:
+        authorization = request.headers.get("authorization")
+        self.file_requests.append((request.url.path, authorization))
+        served = self.files.get(request.path_params["file_id"])
+        if served is None:
+            return Response(b"not found", status_code=404)
+        if authorization != f"Bearer {self.bot_token}":
+            return Response(SIGN_IN_PAGE, media_type="text/html")
+        return file_response(served)
+
     async def _posted(self, _request: Request) -> Response:
         # For a benchmark running this server as a process of its own.
         return JSONResponse([post["channel"] for post in self.posts()])
@@ -373,14 +415,15 @@ class FakeSlackAPI:
         )
 
     def app(self) -> Starlette:
-        """The ASGI app: the Web API under `/api/`, `/_posted` (channels posted to) and
-        `/_posts` (every post: channel, text and when it arrived)."""
+        """The ASGI app: the Web API under `/api/`, the files under `/files/`, `/_posted`
+        (channels posted to) and `/_posts` (every post: channel, text and when it arrived)."""
         return Starlette(
             routes=[
                 Route("/api/{method}", self._call, methods=["GET", "POST"]),
                 Route("/_posted", self._posted, methods=["GET"]),
                 Route("/_posts", self._posts, methods=["GET"]),
                 Route("/upload/{file_id}", self._upload, methods=["POST"]),
+                Route("/files/{file_id}/{name}", self._file, methods=["GET"]),
             ]
         )
 
