@@ -46,8 +46,10 @@ log = structlog.stdlib.get_logger(__name__)
 SUMMARY_SYSTEM = (
     "Summarise the conversation below so it can replace the messages in the assistant's "
     "context. Keep every key decision, action item, user preference, fact learned and open "
-    "question, as short bullet points starting with '- '. When a previous summary is given, "
-    "fold it in: nothing from it may be lost. Stay within {limit} tokens."
+    "question, as short bullet points starting with '- '. Name every file the user sent "
+    "(shown as <file name=...> or [File ...]) with a line on what it held, so it can be "
+    "asked about later. When a previous summary is given, fold it in: nothing from it may "
+    "be lost. Stay within {limit} tokens."
 )
 
 

@@ -4,6 +4,7 @@ session keeps, what the export holds and what a delete leaves (nothing)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -18,12 +19,26 @@ from sqlalchemy import func, select
 
 from storage.models import SessionMessage
 from tests.channels.email_mail import deliver
+from tests.channels.teams_activities import ALICE_AAD, TENANT, personal_message
 from tests.e2e.harness import free_port, gateway_config, running_gateway
 from tests.fakes.anthropic_api import FakeAnthropicAPI
+from tests.fakes.bot_framework import APP_ID, APP_PASSWORD, FakeBotFramework
+from tests.fakes.file_server import ServedFile
+from tests.fakes.slack_api import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    TEAM,
+    FakeSlackAPI,
+    direct_message,
+    event_envelope,
+    send_event,
+)
 from tests.fakes.smtp_sink import SmtpSink
-from tests.sessions.files.samples import docx, pdf
+from tests.sessions.files.samples import docx, image, pdf, xlsx
 
 ASSISTANT = "assistant@acme.example"
+DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 INVOICE = ["Invoice 2026-114 from Northwind", "Total due: 4,812.50 EUR by 15 December"]
 
 
@@ -164,3 +179,96 @@ async def test_a_file_over_the_limit_is_named_in_the_reply_and_the_rest_is_read(
     assert any(b["type"] == "document" for b in blocks)  # the invoice still went
     notes = "\n".join(b["text"] for b in blocks if b["type"] == "text")
     assert 'File "scan.pdf": not opened: too large' in notes
+
+
+async def test_a_slack_dm_with_a_word_file_and_a_screenshot_shows_both_to_the_model(
+    tmp_path: Path, fake_api: FakeAnthropicAPI, slack_api: FakeSlackAPI
+) -> None:
+    report = docx(["Quarterly report", "Revenue grew 12 % over the quarter."])
+    screenshot = image(1200, 800)
+    files = [
+        slack_api.add_file("F0001", ServedFile("report.docx", report, DOCX_TYPE)),
+        slack_api.add_file("F0002", ServedFile("screenshot.png", screenshot, "image/png")),
+    ]
+    event = direct_message("Does the chart match the report?", ts="1800000000.000100", files=files)
+    config = gateway_config(
+        f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+        tmp_path,
+        llm={"provider": "anthropic", "api_key": "test-key", "base_url": fake_api.url},
+        recall={"enabled": False},
+        identity={"users": [{"id": "alice", "org": "acme", "slack": [f"{TEAM}:U0001"]}]},
+        channels={
+            "slack": {
+                "enabled": True,
+                "bot_token": BOT_TOKEN,
+                "signing_secret": SIGNING_SECRET,
+                "api_base_url": slack_api.url,
+            }
+        },
+    )
+    async with running_gateway(config) as gateway:
+        answer = await send_event(gateway.client, event_envelope(event, "EvFiles"))
+        assert answer.status_code == 200
+        deadline = asyncio.get_running_loop().time() + 20
+        while not fake_api.replies:
+            assert asyncio.get_running_loop().time() < deadline, "no request reached the model"
+            await asyncio.sleep(0.05)
+        await gateway.wait_for_turns_to_end("alice")
+    blocks = last_user_blocks(fake_api)
+    kinds = [block["type"] for block in blocks]
+    assert "image" in kinds
+    texts = "\n".join(b["text"] for b in blocks if b["type"] == "text")
+    assert "Revenue grew 12 % over the quarter." in texts
+    assert "Does the chart match the report?" in texts
+    (png,) = [b for b in blocks if b["type"] == "image"]
+    assert base64.b64decode(png["source"]["data"]) == screenshot  # small enough as it is
+
+
+async def test_a_teams_personal_chat_with_a_workbook_shows_its_rows_to_the_model(
+    tmp_path: Path, fake_api: FakeAnthropicAPI
+) -> None:
+    workbook = xlsx({"Orders": [["Order", "Amount"], ["A-17", 120], ["A-18", 345]]})
+    async with FakeBotFramework() as teams:
+        download = teams.add_shared_file(ServedFile("orders.xlsx", workbook, XLSX_TYPE))
+        activity = {
+            **personal_message(teams, "Which order is the largest?"),
+            "attachments": [
+                {
+                    "contentType": "application/vnd.microsoft.teams.file.download.info",
+                    "contentUrl": "https://contoso.sharepoint.com/personal/alice/orders.xlsx",
+                    "name": "orders.xlsx",
+                    "content": {"downloadUrl": download, "fileType": "xlsx"},
+                }
+            ],
+        }
+        config = gateway_config(
+            f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+            tmp_path,
+            llm={"provider": "anthropic", "api_key": "test-key", "base_url": fake_api.url},
+            recall={"enabled": False},
+            identity={"users": [{"id": "alice", "org": "acme", "teams": [ALICE_AAD]}]},
+            channels={
+                "teams": {
+                    "enabled": True,
+                    "app_id": APP_ID,
+                    "app_password": APP_PASSWORD,
+                    "tenant_ids": [TENANT],
+                    "openid_metadata_url": teams.openid_metadata_url,
+                    "oauth_token_url": teams.token_url,
+                    "file_hosts": ["127.0.0.1"],
+                }
+            },
+        )
+        async with running_gateway(config) as gateway:
+            answer = await gateway.client.post(
+                "/api/messages", json=activity, headers=teams.bearer()
+            )
+            assert answer.status_code == 200
+            deadline = asyncio.get_running_loop().time() + 20
+            while not teams.posted:
+                assert asyncio.get_running_loop().time() < deadline, "no reply in Teams"
+                await asyncio.sleep(0.05)
+            await gateway.wait_for_turns_to_end("alice")
+    texts = "\n".join(b["text"] for b in last_user_blocks(fake_api) if b["type"] == "text")
+    assert '<file name="orders.xlsx"' in texts
+    assert "A-18\t345" in texts  # the sheet's rows, as a table
