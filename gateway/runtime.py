@@ -24,7 +24,7 @@ from gateway.inbox import Inbox
 from gateway.jobs import BackgroundJobs
 from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
-from gateway.outbox import OutboxFeed, OutboxSender, SentReplies
+from gateway.outbox import OutboxFeed, OutboxSender, RetryPolicy, SentReplies
 from gateway.runtime_settings import RuntimeSettings, runtime_settings
 from gateway.settings import GatewayConfig, TranscriptsConfig
 from gateway.turns import TurnProcessor
@@ -255,7 +255,13 @@ class GatewayRuntime:
         )
         locks = turn_locks_for(database)
         adapters: dict[ChannelType, ChannelAdapter] = {}
-        outbox = OutboxSender(database, adapters, metrics, clock=clock)
+        outbox = OutboxSender(
+            database,
+            adapters,
+            metrics,
+            clock=clock,
+            policy=RetryPolicy(lease=config.storage.reply_lease),
+        )
         work_slots = WorkSlots()
         # Only processes that run turns start the tool servers.
         toolbox = (

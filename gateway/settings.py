@@ -155,6 +155,18 @@ class StorageConfig(StrictModel):
     auto_migrate: bool = True
     pool_size: int = Field(default=10, ge=1)
     transcripts: TranscriptsConfig = Field(default_factory=TranscriptsConfig)
+    # How long a reply a process took for sending stays its own: if the process dies, another
+    # sends it after this long (asking Slack first what it already holds). Longer than the
+    # slowest send (the platforms' clients give up after 30 s).
+    reply_lease: Duration = timedelta(seconds=120)
+
+    @field_validator("reply_lease")
+    @classmethod
+    def _lease_outlasts_a_send(cls, value: timedelta) -> timedelta:
+        """A lease shorter than a send would hand a reply to a second sender mid-send."""
+        if value < timedelta(seconds=10):
+            raise rule_error("must be at least 10s")
+        return value
 
     @field_validator("database_url")
     @classmethod
