@@ -264,10 +264,18 @@ class WebChannel:
         )
 
     async def page(self, _request: Request) -> Response:
-        """The chat page."""
+        """The chat page, told whether files are taken and within which limits."""
         if self._page is None:  # read once, off the event loop
             self._page = await asyncio.to_thread(_read_page)
-        return HTMLResponse(self._page.replace("__DEV_OPEN__", json.dumps(self.settings.dev_open)))
+        limits = self.file_limits()
+        uploads = {
+            "enabled": self.files is not None and limits.enabled,
+            "max_files": limits.max_files,
+            "max_file_bytes": limits.max_file_bytes,
+            "max_message_bytes": limits.max_message_bytes,
+        }
+        page = self._page.replace("__DEV_OPEN__", json.dumps(self.settings.dev_open))
+        return HTMLResponse(page.replace("__UPLOADS__", json.dumps(uploads)))
 
     def _authenticate(self, request: Request, claimed_user: object) -> str:
         header = request.headers.get("authorization", "")

@@ -302,6 +302,8 @@ async def test_without_a_stash_files_are_refused_not_dropped() -> None:
         )
         refused(response, 501, "takes no files")
         assert web.inbox.accepted == []
+        page = await web.client.get("/web/")
+    assert '"enabled": false' in page.text
 
 
 async def test_with_files_turned_off_files_are_refused() -> None:
@@ -354,6 +356,15 @@ async def test_json_messages_are_unchanged_beside_uploads(web: ServedWeb) -> Non
     assert response.status_code == 202
     assert response.json() == {"message_id": "m-9", "duplicate": False}
     assert web.inbox.accepted[0].attachments == ()
+
+
+async def test_the_page_is_told_the_limits(web: ServedWeb) -> None:
+    page = (await web.client.get("/web/")).text
+    assert "__UPLOADS__" not in page
+    assert (
+        'const uploads = {"enabled": true, "max_files": 3, "max_file_bytes": 1048576, '
+        '"max_message_bytes": 2097152};'
+    ) in page
 
 
 async def test_text_over_max_text_chars_in_a_form_gets_413(web: ServedWeb) -> None:
