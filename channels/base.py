@@ -9,7 +9,7 @@ Nothing here touches the database or the language model.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -155,12 +155,16 @@ class ChannelMessage:
             details.append(self.forwarded.body.strip())
             parts.append("\n".join(details))
         if self.attachments:
-            names = ", ".join(
-                f"{item.filename} ({item.content_type}, {item.size} bytes)"
-                for item in self.attachments
-            )
-            parts.append(f"Attachments: {names}")
+            parts.append(attachments_line(self.attachments))
         return "\n\n".join(parts)
+
+
+def attachments_line(attachments: Sequence[Attachment]) -> str:
+    """The line of a message's text that names its files (`ChannelMessage.prompt_text`)."""
+    names = ", ".join(
+        f"{item.filename} ({item.content_type}, {item.size} bytes)" for item in attachments
+    )
+    return f"Attachments: {names}"
 
 
 @dataclass(frozen=True, slots=True)

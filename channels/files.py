@@ -11,11 +11,24 @@ file that cannot be had raises `AttachmentError`, whose reason the reply shows t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from channels.base import Attachment
 
 STASH_KEY = "stash"
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FileLimits:
+    """How much a message may bring (`files` in the config)."""
+
+    enabled: bool = True
+    max_file_bytes: int = 25 * MB
+    max_message_bytes: int = 50 * MB
+    max_files: int = 10
 
 
 class AttachmentError(Exception):

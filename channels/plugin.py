@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
 from channels.base import ChannelType, DeliveryReceipt, InboxPort, OutboundMessage
-from channels.files import FileStash
+from channels.files import FileLimits, FileStash
 
 SettingsT = TypeVar("SettingsT")
 SectionT = TypeVar("SectionT", bound=BaseModel)
@@ -133,6 +133,9 @@ class ChannelServices:
     # Where the bytes of files the channel holds at acceptance go (mail parts, web uploads);
     # None: the channel keeps their names only.
     files: FileStash | None = None
+    # The files limits in force (`files` in the config; a reload changes them), for a channel
+    # that refuses what is over them before accepting (web uploads).
+    file_limits: Callable[[], FileLimits] = FileLimits
 
 
 class CheckSkippedError(Exception):

@@ -10,10 +10,16 @@ A file that cannot be had is handed on with the reason, so the reply can say it.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
 from channels.base import Attachment, ChannelMessage
-from channels.files import STASH_KEY, AttachmentError, FileChannel, size_text, too_large
+from channels.files import (
+    STASH_KEY,
+    AttachmentError,
+    FileChannel,
+    FileLimits,
+    size_text,
+    too_large,
+)
 from channels.plugin import ChannelAdapter
 from errors import StorageError
 from gateway.log import get_logger
@@ -21,18 +27,6 @@ from sessions.files.turn_files import IncomingFile
 from storage.transcripts import TranscriptStore, incoming_file_key
 
 log = get_logger(__name__)
-
-MB = 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class FileLimits:
-    """How much a message may bring (`files` in the config)."""
-
-    enabled: bool = True
-    max_file_bytes: int = 25 * MB
-    max_message_bytes: int = 50 * MB
-    max_files: int = 10
 
 
 class TranscriptStash:

@@ -330,6 +330,7 @@ class GatewayRuntime:
                 exports=exports,
                 history=history,
                 files=TranscriptStash(transcripts),
+                file_limits=lambda: processor.settings.files,
             )
             adapters[channel_type] = plugin.open(channel_settings, services)
         email_lookups = {

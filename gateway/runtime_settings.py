@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 from channels.base import ChannelType
+from channels.files import MB, FileLimits
 from channels.registry import channel_plugins
-from gateway.files import MB, FileLimits
 from gateway.settings import GatewayConfig, ToolsConfig
 from gateway.turns import TurnSettings
 from sessions.compaction import CompactionPolicy

@@ -22,10 +22,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from channels.base import ChannelMessage, ChannelType, FileToSend
+from channels.files import FileLimits
 from channels.live import LiveChannel, ReplyTarget, TitledChannel
 from channels.plugin import ChannelAdapter
 from gateway.commands import Command, CommandContext, parse_command, run_command
-from gateway.files import FileGatherer, FileLimits
+from gateway.files import FileGatherer
 from gateway.identity import ResolvedUser
 from gateway.live import HandleOnly, LiveProgress
 from gateway.log import bind_turn_context, clear_turn_context, get_logger

@@ -3,7 +3,8 @@
 The replies are the feed's (the outbox rows to the user's web address); the user's messages
 are what the sessions stored (`session_messages`, role user, channel web), so a deleted
 session's messages and replies are gone from the history as from everywhere else. A message
-still being answered is not in it yet: it is stored with its reply.
+still being answered is not in it yet: it is stored with its reply. A message that brought
+files shows what the user wrote and the files' names, not the files' text stored with it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from channels.base import ChannelType
+from channels.base import Attachment, ChannelType, attachments_line
 from gateway.outbox import feed_item
 from storage.database import Database
 from storage.models import SessionMessage
@@ -59,13 +60,30 @@ def _shown_at(message: SessionMessage, answered: dict[str, datetime]) -> datetim
 
 
 def _user_item(message: SessionMessage, prefix: str) -> dict[str, Any]:
-    """A user's message in the shape of a feed item (`role` user, the client's own id)."""
-    return {
+    """A user's message in the shape of a feed item (`role` user, the client's own id); one
+    that brought files has their names in `attachments` too."""
+    files = [
+        Attachment(record["filename"], record["content_type"], record["size"])
+        for record in (message.metadata_json or {}).get("attachments", ())
+    ]
+    item: dict[str, Any] = {
         "message_id": (message.message_id or "").removeprefix(prefix),
         "role": "user",
-        "text": message.content,
+        "text": _own_text(message.content, files),
         "session_id": message.session_id,
         "thread_id": message.thread_id or None,
         "in_reply_to": None,
         "created_at": message.created_at.isoformat(),
     }
+    if files:
+        item["attachments"] = [file.filename for file in files]
+    return item
+
+
+def _own_text(content: str, files: list[Attachment]) -> str:
+    """What the user wrote: the stored text ends with the line naming the files and their
+    text (`ChannelMessage.prompt_text`, `sessions.files`)."""
+    if not files:
+        return content
+    own, found, _ = content.partition(attachments_line(files))
+    return own.rstrip() if found else content

@@ -1,18 +1,20 @@
 """The web channel: a small JSON API and a chat page.
 
 `POST /web/v1/messages` `{"user", "text", "thread_id"?, "message_id"?}` → 202 `{"message_id"}`
-once the message is committed; `GET /web/v1/messages?user=U&after=CURSOR` → the replies to that
-user after the cursor, oldest first; the same with `Accept: text/event-stream` streams them,
-with the answer's status and text while it is written (`channels.web.events`);
-`GET /web/v1/history?user=U&limit=N` → the user's own messages and the replies, for the page
-after a reload. Callers authenticate with `Authorization: Bearer <token>`
-(tokens map to users in the config); with `dev_open` (development, loopback only) the `user`
-field is trusted instead. `GET /web/` serves the chat page that uses the API.
+once the message is committed (the same fields in a `multipart/form-data` form bring files in
+`files` parts: `channels.web.uploads`); `GET /web/v1/messages?user=U&after=CURSOR` → the
+replies to that user after the cursor, oldest first; the same with `Accept:
+text/event-stream` streams them, with the answer's status and text while it is written
+(`channels.web.events`); `GET /web/v1/history?user=U&limit=N` → the user's own messages and
+the replies, for the page after a reload. Callers authenticate with `Authorization: Bearer
+<token>` (tokens map to users in the config); with `dev_open` (development, loopback only) the
+`user` field is trusted instead. `GET /web/` serves the chat page that uses the API.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +29,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from channels.base import (
+    ChannelMessage,
     ChannelType,
     DeliveryReceipt,
     InboxPort,
@@ -34,11 +37,20 @@ from channels.base import (
     parse_json,
     read_body,
 )
+from channels.files import FileLimits, FileStash
 from channels.live import ReplyTarget
 from channels.plugin import NO_HISTORY, ConversationHistory, ExportReader, ReplyFeed
 from channels.web.events import EventStream, StreamTiming
 from channels.web.live import LiveHub, TooManyStreamsError, WebLiveReply
-from channels.web.parse import ID_PATTERN, USER_PATTERN, namespaced_id, parse_web_message
+from channels.web.parse import (
+    ID_PATTERN,
+    USER_PATTERN,
+    namespaced_id,
+    parse_cursor,
+    parse_limit,
+    parse_web_message,
+)
+from channels.web.uploads import discard, is_upload, upload_message
 from errors import ChannelAuthError, ChannelPayloadError, RejectedRequestError, StorageError
 
 # The parsing names stay importable from here, where they lived first.
@@ -91,6 +103,8 @@ class WebChannel:
         history: ConversationHistory = NO_HISTORY,
         hub: LiveHub | None = None,
         timing: StreamTiming | None = None,
+        files: FileStash | None = None,
+        file_limits: Callable[[], FileLimits] = FileLimits,
     ) -> None:
         self.settings = settings
         self.inbox = inbox
@@ -101,6 +115,10 @@ class WebChannel:
         self.history = history
         self.hub = hub or LiveHub()
         self.timing = timing or StreamTiming()
+        # Where uploaded files wait for the turn (None: uploads are refused), and the files
+        # limits in force (they change on reload).
+        self.files = files
+        self.file_limits = file_limits
         self._page: str | None = None
 
     async def start(self) -> None:
@@ -144,24 +162,47 @@ class WebChannel:
         return DeliveryReceipt(platform_message_id=message.message_id)
 
     async def post_message(self, request: Request) -> Response:
-        """Accept one message; 202 only after the inbox committed it."""
+        """Accept one message, a JSON body or a form with files; 202 only after the inbox
+        committed it (and the files' bytes were stashed)."""
         try:
-            body = await _json_object(request)
-            user_id = self._authenticate(request, body.get("user"))
-            message = parse_web_message(
-                body, user_id=user_id, now=self.clock(), max_text_chars=self.settings.max_text_chars
-            )
-            result = await self.inbox.accept(message)
+            if is_upload(request):
+                if request.headers.get("authorization") or not self.settings.dev_open:
+                    self._authenticate(request, None)  # before reading what a caller sends
+                message = await upload_message(
+                    request,
+                    self.files,
+                    self.file_limits(),
+                    authenticate=functools.partial(self._authenticate, request),
+                    now=self.clock(),
+                    max_text_chars=self.settings.max_text_chars,
+                )
+            else:
+                body = await _json_object(request)
+                message = parse_web_message(
+                    body,
+                    user_id=self._authenticate(request, body.get("user")),
+                    now=self.clock(),
+                    max_text_chars=self.settings.max_text_chars,
+                )
         except (RejectedRequestError, ChannelPayloadError, ChannelAuthError) as exc:
             return self._reject(request, exc)
+        try:
+            result = await self.inbox.accept(message)
         except StorageError as exc:
+            await self._discard(message)
             return self._reject(
                 request, RejectedRequestError(503, f"the message could not be stored: {exc}")
             )
+        if not result.accepted:
+            await self._discard(message)  # the first copy's files are stashed already
         client_id = str(message.reply_context["client_message_id"])
         return JSONResponse(
             {"message_id": client_id, "duplicate": not result.accepted}, status_code=202
         )
+
+    async def _discard(self, message: ChannelMessage) -> None:
+        if self.files is not None:
+            await discard(message.attachments, self.files)
 
     async def get_messages(self, request: Request) -> Response:
         """The replies to the caller after the cursor: a JSON page, or an event stream."""
@@ -169,8 +210,8 @@ class WebChannel:
             return await self.stream_messages(request)
         try:
             user_id = self._authenticate(request, request.query_params.get("user"))
-            after = _cursor(request.query_params.get("after"))
-            limit = _limit(request.query_params.get("limit"))
+            after = parse_cursor(request.query_params.get("after"))
+            limit = parse_limit(request.query_params.get("limit"))
         except (RejectedRequestError, ChannelPayloadError, ChannelAuthError) as exc:
             return self._reject(request, exc)
         messages, cursor = await self.feed.replies(user_id, after=after, limit=limit)
@@ -182,7 +223,7 @@ class WebChannel:
         try:
             user_id = self._authenticate(request, request.query_params.get("user"))
             resumed = request.headers.get("last-event-id")
-            after = _cursor(resumed if resumed else request.query_params.get("after"))
+            after = parse_cursor(resumed if resumed else request.query_params.get("after"))
             stream = EventStream(self.hub, self.feed, user_id, after=after, timing=self.timing)
             subscription = stream.open()
         except TooManyStreamsError as exc:
@@ -200,7 +241,7 @@ class WebChannel:
         replies, oldest first, and the feed cursor to continue from."""
         try:
             user_id = self._authenticate(request, request.query_params.get("user"))
-            limit = _limit(request.query_params.get("limit"))
+            limit = parse_limit(request.query_params.get("limit"))
         except (RejectedRequestError, ChannelPayloadError, ChannelAuthError) as exc:
             return self._reject(request, exc)
         messages, cursor = await self.history.history(user_id, limit=limit)
@@ -223,10 +264,18 @@ class WebChannel:
         )
 
     async def page(self, _request: Request) -> Response:
-        """The chat page."""
+        """The chat page, told whether files are taken and within which limits."""
         if self._page is None:  # read once, off the event loop
             self._page = await asyncio.to_thread(_read_page)
-        return HTMLResponse(self._page.replace("__DEV_OPEN__", json.dumps(self.settings.dev_open)))
+        limits = self.file_limits()
+        uploads = {
+            "enabled": self.files is not None and limits.enabled,
+            "max_files": limits.max_files,
+            "max_file_bytes": limits.max_file_bytes,
+            "max_message_bytes": limits.max_message_bytes,
+        }
+        page = self._page.replace("__DEV_OPEN__", json.dumps(self.settings.dev_open))
+        return HTMLResponse(page.replace("__UPLOADS__", json.dumps(uploads)))
 
     def _authenticate(self, request: Request, claimed_user: object) -> str:
         header = request.headers.get("authorization", "")
@@ -276,19 +325,3 @@ async def _json_object(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ChannelPayloadError("the body must be a JSON object")
     return body
-
-
-def _cursor(value: str | None) -> int:
-    if value in (None, ""):
-        return 0
-    if not value.isdigit():
-        raise ChannelPayloadError("'after' must be a cursor returned by this API")
-    return int(value)
-
-
-def _limit(value: str | None) -> int:
-    if value in (None, ""):
-        return 100
-    if not value.isdigit() or not 1 <= int(value) <= 500:
-        raise ChannelPayloadError("'limit' must be a number from 1 to 500")
-    return int(value)

@@ -1,13 +1,14 @@
-"""Parsing the web channel's POST body (pure: no I/O)."""
+"""Parsing the web channel's requests (pure: no I/O): the POST body, JSON or the fields of a
+form with files, and the cursor and limit of the GET queries."""
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from channels.base import ChannelMessage, ChannelType, Conversation
+from channels.base import Attachment, ChannelMessage, ChannelType, Conversation
 from errors import ChannelPayloadError, RejectedRequestError
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9._:@+-]{1,200}")
@@ -21,9 +22,15 @@ def namespaced_id(user_id: str, message_id: str) -> str:
 
 
 def parse_web_message(
-    body: object, *, user_id: str, now: datetime, max_text_chars: int
+    body: object,
+    *,
+    user_id: str,
+    now: datetime,
+    max_text_chars: int,
+    attachments: Sequence[Attachment] = (),
 ) -> ChannelMessage:
-    """The `ChannelMessage` for a POST body from `user_id`; raises `ChannelPayloadError`."""
+    """The `ChannelMessage` for a POST body from `user_id`, with the files sent beside it
+    (`text` may then be empty); raises `ChannelPayloadError`."""
     if not isinstance(body, dict):
         raise ChannelPayloadError("the body must be a JSON object")
     if not USER_PATTERN.fullmatch(user_id):
@@ -31,8 +38,8 @@ def parse_web_message(
     unknown = sorted(set(body) - {"user", "text", "thread_id", "message_id"})
     if unknown:
         raise ChannelPayloadError(f"unknown field(s): {', '.join(unknown)}")
-    text = body.get("text")
-    if not isinstance(text, str) or not text.strip():
+    text = body.get("text", "" if attachments else None)
+    if not isinstance(text, str) or not (text.strip() or attachments):
         raise ChannelPayloadError("'text' must be a non-empty string")
     if len(text) > max_text_chars:
         raise RejectedRequestError(413, f"'text' is longer than {max_text_chars} characters")
@@ -47,6 +54,7 @@ def parse_web_message(
         timestamp=now,
         thread_id=thread_id or "",
         reply_context={"client_message_id": message_id},
+        attachments=tuple(attachments),
         conversation=Conversation.DIRECT,  # the user's own feed
         raw=dict(body),
     )
@@ -61,3 +69,21 @@ def _optional_id(body: Mapping[str, object], field: str) -> str | None:
             f"'{field}' must be 1-200 characters of letters, digits and . _ : @ + -"
         )
     return value
+
+
+def parse_cursor(value: str | None) -> int:
+    """A feed cursor from the query (`after`, `Last-Event-ID`): 0 when absent."""
+    if value in (None, ""):
+        return 0
+    if not value.isdigit():
+        raise ChannelPayloadError("'after' must be a cursor returned by this API")
+    return int(value)
+
+
+def parse_limit(value: str | None) -> int:
+    """How many messages a page may hold (`limit`): 100 when absent, at most 500."""
+    if value in (None, ""):
+        return 100
+    if not value.isdigit() or not 1 <= int(value) <= 500:
+        raise ChannelPayloadError("'limit' must be a number from 1 to 500")
+    return int(value)

@@ -31,6 +31,8 @@ def open_web(settings: WebSettings, services: ChannelServices) -> ChannelAdapter
         clock=services.clock,
         on_rejected=services.on_rejected,
         history=services.history,
+        files=services.files,
+        file_limits=services.file_limits,
     )
 
 

@@ -1,6 +1,6 @@
 """The web channel's routes served by a real uvicorn on a free loopback port, over an in-memory
-reply feed and history (a reply "committed" by adding it to the feed, as another process
-would), and a reader of server-sent events for the streams."""
+reply feed, history and file stash (a reply "committed" by adding it to the feed, as another
+process would), and a reader of server-sent events for the streams."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ import uvicorn
 from starlette.applications import Starlette
 
 from channels.base import AcceptResult, ChannelMessage
+from channels.files import FileLimits
 from channels.live import ReplyTarget
 from channels.web.adapter import WebChannel, WebSettings
 from channels.web.events import StreamTiming
 from channels.web.live import LiveHub
+from errors import StorageError
 from tests.e2e.harness import free_port
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -38,6 +40,26 @@ class MemoryInbox:
         if not duplicate:
             self.accepted.append(message)
         return AcceptResult(accepted=not duplicate, message_id=message.message_id)
+
+
+class MemoryStash:
+    """A FileStash in memory; `failing_after` puts succeed, then it raises `StorageError`."""
+
+    def __init__(self, failing_after: int | None = None) -> None:
+        self.kept: dict[str, bytes] = {}
+        self.puts = 0
+        self.failing_after = failing_after
+
+    async def put(self, data: bytes) -> str:
+        if self.failing_after is not None and self.puts >= self.failing_after:
+            raise StorageError("the store is down")
+        self.puts += 1
+        key = f"k{self.puts}"
+        self.kept[key] = data
+        return key
+
+    async def discard(self, key: str) -> None:
+        self.kept.pop(key, None)
 
 
 class MemoryFeed:
@@ -95,6 +117,7 @@ class ServedWeb:
     inbox: MemoryInbox
     feed: MemoryFeed
     history: MemoryHistory
+    stash: MemoryStash | None
     client: httpx.AsyncClient
     base_url: str
     rejections: list[tuple[int, str]] = field(default_factory=list)
@@ -129,9 +152,15 @@ class _QuietServer(uvicorn.Server):
 
 @contextlib.asynccontextmanager
 async def serve_web(
-    timing: StreamTiming | None = None, hub: LiveHub | None = None, **overrides: Any
+    timing: StreamTiming | None = None,
+    hub: LiveHub | None = None,
+    *,
+    stash: MemoryStash | None = None,
+    limits: FileLimits | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[ServedWeb]:
-    """The channel's routes in a Starlette app on a free loopback port."""
+    """The channel's routes in a Starlette app on a free loopback port (taking files into
+    `stash` within `limits` when given one)."""
     inbox, feed, history = MemoryInbox(), MemoryFeed(), MemoryHistory()
     rejections: list[tuple[int, str]] = []
     channel = WebChannel(
@@ -144,6 +173,8 @@ async def serve_web(
         history=history,
         hub=hub,
         timing=timing or StreamTiming(poll_interval=0.2, heartbeat_interval=15, max_seconds=60),
+        files=stash,
+        file_limits=lambda: limits or FileLimits(),
     )
     await channel.start()
     port = free_port()
@@ -165,7 +196,7 @@ async def serve_web(
     base_url = f"http://127.0.0.1:{port}"
     client = httpx.AsyncClient(base_url=base_url, timeout=10)
     try:
-        yield ServedWeb(channel, inbox, feed, history, client, base_url, rejections)
+        yield ServedWeb(channel, inbox, feed, history, stash, client, base_url, rejections)
     finally:
         await client.aclose()
         await channel.stop()  # ends open streams, so the server can stop

@@ -1,7 +1,8 @@
 """The chat page in a real browser (Debian's chromium, driven by playwright): the history on
 load, sending, the live status and growing answer replaced by the final message, escaping,
-the bearer token on the stream, the fallback to polling; and against a whole gateway, a
-conversation that is still there after a reload. Skipped when no chromium is installed."""
+the bearer token on the stream, the fallback to polling, files attached to a message; and
+against a whole gateway, a conversation (with a file) that is still there after a reload.
+Skipped when no chromium is installed."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
+from channels.files import FileLimits
 from channels.web.live import LiveHub
-from tests.channels.web_channel_harness import TOKEN, ServedWeb, serve_web
+from tests.channels.web_channel_harness import TOKEN, MemoryStash, ServedWeb, serve_web
 from tests.e2e.harness import gateway_config, running_gateway
 
 CHROMIUM = shutil.which("chromium")
@@ -164,4 +166,100 @@ async def test_a_conversation_with_the_gateway_survives_a_reload(
         assert roles == ["msg user", "msg assistant", "msg user", "msg assistant"]
         await expect(log.nth(2).locator(".body")).to_have_text("what now?")
         # Close the page before the gateway stops: its open stream would hold the server.
+        await page.close()
+
+
+NOTES = {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"The budget is 12,400 EUR.\n"}
+REPORT = {"name": "report.pdf", "mimeType": "application/pdf", "buffer": b"%PDF-1.4\n%%EOF\n"}
+
+
+async def test_files_are_chosen_shown_and_sent_with_the_message(page: Page) -> None:
+    stash = MemoryStash()
+    limits = FileLimits(max_file_bytes=1024, max_message_bytes=4096, max_files=2)
+    async with serve_web(stash=stash, limits=limits) as web:
+        await page.goto(f"{web.base_url}/web/")
+        await streams_of(web, "alice", 1)
+        await page.set_input_files("#files", files=[NOTES, REPORT])
+        await expect(page.locator("#chosen")).to_have_text("notes.txt, report.pdf")
+
+        await page.fill("#text", "what do these say?")
+        await page.press("#text", "Enter")
+        mine = page.locator("#log .msg.user")
+        await expect(mine.locator(".body")).to_have_text("what do these say?")
+        await expect(mine.locator(".files")).to_have_text("Attached: notes.txt, report.pdf")
+        await expect(page.locator("#chosen")).to_have_text("")
+        async with asyncio.timeout(10):
+            while not web.inbox.accepted:
+                await asyncio.sleep(0.02)
+        [sent] = web.inbox.accepted
+        assert sent.content == "what do these say?"
+        assert [(a.filename, a.content_type) for a in sent.attachments] == [
+            ("notes.txt", "text/plain"),
+            ("report.pdf", "application/pdf"),
+        ]
+        assert [stash.kept[a.source["stash"]] for a in sent.attachments] == [
+            NOTES["buffer"],
+            REPORT["buffer"],
+        ]
+
+        # A file alone is a message too.
+        await page.set_input_files("#files", files=[NOTES])
+        await page.click("#form button")
+        await expect(mine).to_have_count(2)
+        await expect(mine.nth(1).locator(".files")).to_have_text("Attached: notes.txt")
+        async with asyncio.timeout(10):
+            while len(web.inbox.accepted) < 2:
+                await asyncio.sleep(0.02)
+        assert web.inbox.accepted[1].content == ""
+
+
+async def test_files_over_the_limits_are_refused_on_the_page_and_by_the_server(page: Page) -> None:
+    limits = FileLimits(max_file_bytes=1024, max_message_bytes=4096, max_files=2)
+    big = {"name": "scan.pdf", "mimeType": "application/pdf", "buffer": b"0" * 3000}
+    async with serve_web(stash=MemoryStash(failing_after=0), limits=limits) as web:
+        await page.goto(f"{web.base_url}/web/")
+        await streams_of(web, "alice", 1)
+        await page.set_input_files("#files", files=[big])
+        chosen = page.locator("#chosen")
+        await expect(chosen).to_have_text("scan.pdf is too large (3 KB, limit 1 KB)")
+        await expect(chosen).to_have_class("meta error")
+        await page.fill("#text", "read it")
+        await page.press("#text", "Enter")
+        await expect(page.locator("#log .msg")).to_have_count(0)  # nothing was sent
+
+        # The server refuses what the page lets through (its stash is down): the message and
+        # its files are back in the form, to send again.
+        await page.set_input_files("#files", files=[NOTES])
+        await page.press("#text", "Enter")
+        await expect(page.locator("#log .msg.error .body")).to_have_text(
+            "the files could not be stored: the store is down"
+        )
+        await expect(page.locator("#text")).to_have_value("read it")
+        await expect(chosen).to_have_text("notes.txt")
+    assert web.inbox.accepted == []
+
+
+async def test_without_file_uploads_the_page_has_no_attach_button(page: Page) -> None:
+    async with serve_web() as web:
+        await page.goto(f"{web.base_url}/web/")
+        await expect(page.locator("#attach")).to_be_hidden()
+
+
+async def test_a_file_sent_to_the_gateway_is_answered_and_named_after_a_reload(
+    page: Page, tmp_path: Path
+) -> None:
+    config = gateway_config(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}", tmp_path)
+    async with running_gateway(config) as gateway:
+        await page.goto(str(gateway.client.base_url.join("/web/")))
+        await expect(page.locator("body")).to_have_attribute("data-feed", "stream")
+        await page.set_input_files("#files", files=[NOTES])
+        await page.fill("#text", "what is the budget?")
+        await page.press("#text", "Enter")
+        log = page.locator("#log .msg")
+        await expect(log.nth(1).locator(".body")).to_contain_text("12,400 EUR", timeout=15_000)
+
+        await page.reload()
+        await expect(log).to_have_count(2)
+        await expect(log.nth(0).locator(".body")).to_have_text("what is the budget?")
+        await expect(log.nth(0).locator(".files")).to_have_text("Attached: notes.txt")
         await page.close()
