@@ -5,11 +5,13 @@ web upload) in the transcript store under `incoming/` until the turn has stored 
 session; `FileGatherer` collects a message's files for its turn, within the configured limits:
 from the stash, or fetched by the channel from its platform (`channels.files.FileChannel`).
 A file that cannot be had is handed on with the reason, so the reply can say it.
+`sweep_stash` (a background job) deletes stashed bytes no waiting message names.
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
 
 from channels.base import Attachment, ChannelMessage
 from channels.files import (
@@ -24,6 +26,8 @@ from channels.plugin import ChannelAdapter
 from errors import StorageError
 from gateway.log import get_logger
 from sessions.files.turn_files import IncomingFile
+from storage.database import Database
+from storage.repositories.inbox import InboxRepository
 from storage.transcripts import TranscriptStore, incoming_file_key
 
 log = get_logger(__name__)
@@ -48,6 +52,35 @@ class TranscriptStash:
             await self.transcripts.delete(incoming_file_key(key))
         except StorageError as exc:
             log.warning("files.stash_not_discarded", key=key, error=str(exc))
+
+
+STASH_MIN_AGE = timedelta(hours=1)  # a stash younger may belong to a message being accepted
+
+
+async def sweep_stash(database: Database, transcripts: TranscriptStore, now: datetime) -> int:
+    """Delete stashed bytes no message waits for any more (their turn committed but the
+    process died before discarding them, or the message was never accepted); how many.
+    Only objects older than `STASH_MIN_AGE` are candidates, so a file stashed for a message
+    whose acceptance has not committed yet is never taken."""
+    candidates = await transcripts.list_incoming(now - STASH_MIN_AGE)
+    if not candidates:
+        return 0
+    async with database.session() as db:
+        pending = await InboxRepository(db).pending_attachments()
+    waited_for = {
+        incoming_file_key(str(item["source"][STASH_KEY]))
+        for attachments in pending
+        for item in attachments
+        if isinstance(item, dict) and STASH_KEY in (item.get("source") or {})
+    }
+    swept = 0
+    for key in candidates:
+        if key not in waited_for:
+            await transcripts.delete(key)
+            swept += 1
+    if swept:
+        log.info("files.stash_swept", objects=swept)
+    return swept
 
 
 class FileGatherer:

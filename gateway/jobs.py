@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from errors import GatewayError
 from gateway.admin import Administration
+from gateway.files import sweep_stash
 from gateway.log import get_logger
 from sessions.engine import SessionEngine
 from sessions.lifecycle import archive_session
@@ -80,6 +81,8 @@ class BackgroundJobs:
                     await self.retry_deferred_compactions()
                     await self.engine.summarise_archived_sessions()
                     await self.enforce_retention()
+                    if self.admin is not None:
+                        await sweep_stash(self.database, self.admin.transcripts, self.clock())
             except (GatewayError, OSError) as exc:
                 log.error("jobs.failed", error=str(exc).splitlines()[0])
             with suppress(TimeoutError):

@@ -11,11 +11,13 @@ import asyncio
 import os
 import tempfile
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from errors import ArchiveExistsError, StorageError
 from primitives.durable_file import write_durably
 from storage.transcripts import (
+    INCOMING_PREFIX,
     SessionRef,
     StoredObject,
     TranscriptLine,
@@ -143,6 +145,21 @@ class LocalTranscriptStore:
         except OSError as exc:
             raise StorageError(f"cannot list transcript folder: {exc}", key=prefix) from exc
         return sorted(keys)
+
+    async def list_incoming(self, before: datetime) -> list[str]:
+        """Return the stash's keys whose file was last written before `before`."""
+        return await asyncio.to_thread(self._list_older_sync, INCOMING_PREFIX, before)
+
+    def _list_older_sync(self, prefix: str, before: datetime) -> list[str]:
+        cutoff = before.timestamp()
+        older = []
+        for key in self._list_sync(prefix):
+            try:
+                if self._path(key).stat().st_mtime < cutoff:
+                    older.append(key)
+            except FileNotFoundError:
+                continue  # taken by its turn meanwhile
+        return older
 
     async def delete_session(self, ref: SessionRef) -> int:
         """Delete the session's folder and any parents it leaves empty; return files removed."""

@@ -24,6 +24,7 @@ import asyncio
 import functools
 import random
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
@@ -38,6 +39,7 @@ from botocore.exceptions import (
 
 from errors import ArchiveExistsError, StorageError
 from storage.transcripts import (
+    INCOMING_PREFIX,
     SessionRef,
     StoredObject,
     TranscriptLine,
@@ -271,6 +273,21 @@ class S3TranscriptStore:
         for page in paginator.paginate(Bucket=self.bucket, Prefix=self._object_key(prefix)):
             keys.extend(obj["Key"] for obj in page.get("Contents", []) if "Key" in obj)
         return keys
+
+    async def list_incoming(self, before: datetime) -> list[str]:
+        """Return the stash's keys whose object was last written before `before`."""
+
+        def older() -> list[str]:
+            paginator = self._client.get_paginator("list_objects_v2")
+            keys = []
+            pages = paginator.paginate(Bucket=self.bucket, Prefix=self._object_key(INCOMING_PREFIX))
+            for page in pages:
+                for item in page.get("Contents", []):
+                    if "Key" in item and item["LastModified"] < before:
+                        keys.append(self._layout_key(item["Key"]))
+            return keys
+
+        return await self._run("list_objects_v2", INCOMING_PREFIX, older)
 
     async def delete_session(self, ref: SessionRef) -> int:
         """Delete every object of the session; return how many were deleted."""

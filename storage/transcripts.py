@@ -297,6 +297,10 @@ class TranscriptStore(Protocol):
         """Delete one object; a missing one is not an error."""
         ...
 
+    async def list_incoming(self, before: datetime) -> list[str]:
+        """Return the keys under `incoming/` last written before `before` (the stash sweep)."""
+        ...
+
     async def delete_session(self, ref: SessionRef) -> int:
         """Delete everything under the session's prefix; return how many objects went."""
         ...

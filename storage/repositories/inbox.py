@@ -97,6 +97,16 @@ class InboxRepository:
         )
         return list(result.scalars())
 
+    async def pending_attachments(self) -> list[list[dict[str, Any]]]:
+        """The attachments of every unfinished event that has any (the stash sweep keeps
+        what they name). Not limited: leaving one out would delete a file still waited for."""
+        result = await self.session.execute(
+            select(InboundEvent.message["attachments"]).where(
+                InboundEvent.status == InboundStatus.PENDING.value
+            )
+        )
+        return [list(found) for found in result.scalars() if found]
+
     async def pending_ids_of_sender(self, sender_key: str) -> list[int]:
         """Unfinished events of one sender, oldest first."""
         result = await self.session.execute(

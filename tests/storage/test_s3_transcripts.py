@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from errors import StorageError
 from storage.s3_transcripts import S3TranscriptStore
-from storage.transcripts import compaction_key, legacy_transcript_key, parse_transcript
+from storage.transcripts import (
+    compaction_key,
+    incoming_file_key,
+    legacy_transcript_key,
+    parse_transcript,
+)
 from tests.storage.transcript_samples import REF, line, segment
 
 
@@ -131,3 +137,17 @@ async def test_s3_delete_handles_more_than_one_batch(
 
     assert await s3_store.delete_session(REF) == 5
     assert s3_client.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+
+
+async def test_s3_lists_the_stash_by_age_and_deletes_one_object(
+    s3_store: S3TranscriptStore,
+) -> None:
+    key = incoming_file_key("f00d")
+    await s3_store.write_archive(key, b"bytes")
+    await s3_store.write_archive(compaction_key(REF, 1), b"{}")  # not the stash's
+    now = datetime.now(UTC)
+    assert await s3_store.list_incoming(now + timedelta(minutes=1)) == [key]
+    assert await s3_store.list_incoming(now - timedelta(hours=1)) == []
+    await s3_store.delete(key)
+    await s3_store.delete(key)  # gone already: not an error
+    assert await s3_store.list_incoming(now + timedelta(minutes=1)) == []
