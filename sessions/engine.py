@@ -2,37 +2,30 @@
 
 `read_context` reads what the context is made of (recall's passages for the pending message
 included) and `context_from` assembles it; `reply` compacts first when the history has grown
-past the trigger, calls the model, runs any tools it asks for (a tool call and its result
-always travel together), and returns the messages to append and the reply text, with any
-notice (older messages summarised; time for `/new`) as part of that reply. It knows nothing
-of channels. The values it takes and gives live in `sessions.engine_values`.
+past the trigger, then calls the model with its tool rounds (`sessions.tool_rounds`), and
+returns the messages to append and the reply text, with any notice (older messages
+summarised; time for `/new`) as part of that reply. It knows nothing of channels. The values it
+takes and gives live in `sessions.engine_values`.
 
-While it works, `reply` tells its `TurnProgress` what it is doing (compacting, thinking,
-searching earlier conversations, running a tool) and streams the model's text into it; text
-written before a tool call is not the answer, so the progress is reset before the tool runs.
+While it works, `reply` tells its `TurnProgress` what it is doing (compacting; the tool rounds
+tell it the rest) and the model's text streams into it.
 
 Tools: the built-in ones (`search_past_conversations`) and, with a `McpToolbox`, the MCP
-servers' tools this user's policy allows (`context_from` offers them; a call of any other name
-is refused before it reaches a server). The calls of one model turn run side by side, for at
-most the toolbox's `max_rounds` rounds; server results are fenced as data. A call of a tool
-marked `confirm` is not run: the turn's reply asks the user (`TurnOutcome.confirmation`), and
-the turn that gets the answer passes it in as `confirmed`.
+servers' tools this user's policy allows (`context_from` offers them). A call of a tool marked
+`confirm` is not run: the turn's reply asks the user (`TurnOutcome.confirmation`), and the turn
+that gets the answer passes it in as `confirmed`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from errors import LLMError, StorageError, ToolError
+from errors import StorageError
 from sessions.compaction import Compactor
 from sessions.context import (
     AssembledContext,
@@ -51,25 +44,21 @@ from sessions.engine_values import (
     NewMessage,
     RecallSettings,
     Tool,
-    ToolRequest,
     TurnOutcome,
 )
 from sessions.llm import (
     ContentBlock,
     LLMClient,
-    LLMMessage,
-    LLMRequest,
-    LLMResponse,
     TokenEstimator,
     estimate_tokens,
-    request_estimate,
 )
 from sessions.memory import SessionSummary
-from sessions.progress import NO_PROGRESS, NoProgress, TurnProgress
+from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.recall import RecallExclusions, RecallSearch
-from sessions.recall_tool import SEARCH_TOOL, SEARCH_TOOL_NAME, run_search_tool
+from sessions.recall_tool import SEARCH_TOOL, run_search_tool
 from sessions.summaries import summarise_archived_sessions
-from sessions.toolbox import TOOL_DATA_NOTE, McpToolbox, fenced
+from sessions.tool_rounds import ToolRounds
+from sessions.toolbox import TOOL_DATA_NOTE, McpToolbox
 from sessions.topics import TopicWriter
 from storage.database import Database
 from storage.models import Session as SessionRow
@@ -82,9 +71,6 @@ COMPACTION_NOTICE = "(Older messages of this conversation were summarised to mak
 SUGGEST_NEW_NOTICE = "(This conversation has been going on for a while: send /new to start fresh.)"
 MAX_TOOL_ROUNDS = 8
 """Model ↔ tool round trips in one turn without a toolbox (the toolbox's `max_rounds` else)."""
-CONFIRM_PENDING_RESULT = (
-    "Not run yet: the user is asked to confirm this call, and answers in their next message."
-)
 MAX_MEMORY_FACTS = 50
 
 
@@ -296,13 +282,21 @@ class SessionEngine:
                 session_id=loaded.session_id,
                 count=context.dropped_messages,
             )
-        rounds = _ToolRounds()
+        rounds = ToolRounds(
+            self.llm,
+            self.tokens,
+            loaded,
+            progress,
+            self.clock,
+            max_rounds=self.toolbox.settings.max_rounds if self.toolbox else MAX_TOOL_ROUNDS,
+            tools=self.tools,
+            toolbox=self.toolbox,
+            recall=self.recall,
+        )
         request = context.request
         if confirmed is not None and confirmed.confirmed:
-            request = await self._run_confirmed(
-                confirmed.request, request, loaded, rounds, progress
-            )
-        response = await self._call_with_tools(request, loaded, rounds, progress)
+            request = await rounds.run_confirmed(confirmed.request, request)
+        response = await rounds.call(request)
         notices = [COMPACTION_NOTICE] if compacted else []
         if confirmed is not None and confirmed.notice:
             notices.append(confirmed.notice)
@@ -377,174 +371,11 @@ class SessionEngine:
         return tuple(excerpts)
 
     async def _search_past_conversations(self, tool_input: Mapping[str, Any], user_id: str) -> str:
-        """The tool outside a turn (nothing to exclude); inside one, `_run_tool` passes what
+        """The tool outside a turn (nothing to exclude); inside one, `ToolRounds` passes what
         is already in the context."""
         if self.recall is None:
             raise LookupError("recall is not enabled")
         return await run_search_tool(self.recall, tool_input, user_id)
-
-    @property
-    def max_tool_rounds(self) -> int:
-        """Model ↔ tool round trips a turn may take."""
-        return self.toolbox.settings.max_rounds if self.toolbox else MAX_TOOL_ROUNDS
-
-    async def _call_with_tools(
-        self,
-        request: LLMRequest,
-        loaded: LoadedContext,
-        rounds: _ToolRounds,
-        progress: TurnProgress,
-    ) -> LLMResponse | None:
-        """The model's final response after its tool rounds (None: a tool call waits for the
-        user's confirmation, and the turn's reply is the question)."""
-        # Nobody watching (no progress, or one that only finishes an earlier live message):
-        # the plain call, not a stream.
-        streaming = None if isinstance(progress, NoProgress) else progress
-        max_rounds = self.max_tool_rounds
-        for round_number in range(max_rounds + 1):
-            raw = request_estimate(request)
-            progress.status("thinking")
-            response = await self.llm.complete(request, progress=streaming)
-            self.tokens.observe(raw, response.input_tokens)
-            rounds.input_tokens += response.input_tokens
-            rounds.output_tokens += response.output_tokens
-            rounds.context_tokens = response.input_tokens
-            if response.stop_reason != "tool_use" or not response.tool_calls:
-                return response
-            if round_number == max_rounds:
-                break  # its calls are not run: the rounds are used up
-            # What the model wrote before asking for tools is not the answer.
-            progress.reset()
-            for call in response.tool_calls:
-                _announce_tool(progress, str(call.get("name")))
-            # The calls of one model turn run side by side; results keep the calls' order,
-            # and so does the list of the tools used (not the order they finished in).
-            before = len(rounds.used)
-            results = list(
-                await asyncio.gather(
-                    *(self._run_tool(call, loaded, rounds) for call in response.tool_calls)
-                )
-            )
-            ran = set(rounds.used[before:])
-            rounds.used[before:] = [
-                name for call in response.tool_calls if (name := str(call.get("name"))) in ran
-            ]
-            call_message = NewMessage(
-                "assistant", response.text, response.output_tokens, response.blocks
-            )
-            rounds.messages += [call_message, _result_message(results)]
-            if rounds.confirmation is not None:
-                return None
-            request = _with_messages(
-                request,
-                LLMMessage("assistant", response.blocks),
-                LLMMessage("user", tuple(results)),
-            )
-        raise LLMError(f"the model kept calling tools after {max_rounds} rounds")
-
-    async def _run_confirmed(
-        self,
-        confirmed: ToolRequest,
-        request: LLMRequest,
-        loaded: LoadedContext,
-        rounds: _ToolRounds,
-        progress: TurnProgress,
-    ) -> LLMRequest:
-        """Run the call the user confirmed, recorded as a call of its own after the user's
-        yes; the request with the call and its result added."""
-        call: ContentBlock = {
-            "type": "tool_use",
-            "id": f"toolu_confirmed_{uuid.uuid4().hex[:16]}",
-            "name": confirmed.tool_name,
-            "input": dict(confirmed.tool_input),
-        }
-        text = f"Running `{confirmed.tool_name}`, as the user confirmed."
-        blocks: tuple[ContentBlock, ...] = ({"type": "text", "text": text}, call)
-        _announce_tool(progress, confirmed.tool_name)
-        result = await self._call_mcp(call, loaded, rounds, confirmed=True)
-        rounds.messages += [
-            NewMessage("assistant", text, estimate_tokens(text), blocks),
-            _result_message([result]),
-        ]
-        return _with_messages(
-            request, LLMMessage("assistant", blocks), LLMMessage("user", (result,))
-        )
-
-    async def _run_tool(
-        self, call: ContentBlock, loaded: LoadedContext, rounds: _ToolRounds
-    ) -> ContentBlock:
-        name = str(call.get("name"))
-        result: ContentBlock = {"type": "tool_result", "tool_use_id": call.get("id")}
-        if name not in loaded.offered_tools:
-            # The model named a tool it was not offered (made up, or outside the policy).
-            log.warning("tools.refused", tool=name, user_id=loaded.user_id)
-            return {**result, "content": f"unknown tool {name!r}", "is_error": True}
-        tool = self.tools.get(name)
-        if tool is None:
-            return await self._call_mcp(call, loaded, rounds)
-        try:
-            if name == SEARCH_TOOL_NAME and self.recall is not None:
-                output = await run_search_tool(
-                    self.recall,
-                    call.get("input") or {},
-                    loaded.user_id,
-                    exclude=loaded.recall_exclusions,
-                )
-            else:
-                output = await tool.run(call.get("input") or {}, loaded.user_id)
-        except (ValueError, LookupError, StorageError) as exc:
-            log.warning("tool.failed", tool=name, error=str(exc))
-            return {**result, "content": f"the tool failed: {exc}", "is_error": True}
-        log.info("tool.ran", tool=name)
-        rounds.used.append(name)
-        return {**result, "content": output}
-
-    async def _call_mcp(
-        self,
-        call: ContentBlock,
-        loaded: LoadedContext,
-        rounds: _ToolRounds,
-        *,
-        confirmed: bool = False,
-    ) -> ContentBlock:
-        """A server's tool: asked about first when it needs the user's yes (unless this is
-        the confirmed call), else run within its timeout; the result fenced as data."""
-        name = str(call.get("name"))
-        result: ContentBlock = {"type": "tool_result", "tool_use_id": call.get("id")}
-        tool_input = call.get("input")
-        arguments = dict(tool_input) if isinstance(tool_input, Mapping) else {}
-        toolbox = self.toolbox
-        offered = toolbox.find(name, loaded.org_id, loaded.user_id) if toolbox else None
-        if toolbox is None or offered is None:
-            log.warning("tools.refused", tool=name, user_id=loaded.user_id)
-            return {**result, "content": f"the tool {name!r} is not available", "is_error": True}
-        if offered.tool.confirm and not confirmed:
-            if rounds.confirmation is not None:
-                return {
-                    **result,
-                    "content": "Not run: the user confirms one call at a time; ask again later.",
-                    "is_error": True,
-                }
-            rounds.confirmation = ToolRequest(
-                tool_name=name,
-                tool_input=arguments,
-                question=confirmation_question(name, arguments),
-                expires_at=self.clock() + toolbox.settings.confirm_within,
-            )
-            log.info("tools.confirmation_asked", tool=name)
-            return {**result, "content": CONFIRM_PENDING_RESULT}
-        try:
-            outcome = await toolbox.call(
-                name, arguments, org_id=loaded.org_id, user_id=loaded.user_id
-            )
-        except ToolError as exc:
-            log.warning("tool.failed", tool=name, error=str(exc))
-            return {**result, "content": f"the tool failed: {exc}", "is_error": True}
-        rounds.used.append(name)
-        block: ContentBlock = {**result, "content": fenced(name, outcome.text)}
-        if outcome.is_error:
-            block["is_error"] = True
-        return block
 
     async def summarise_archived_sessions(self, *, limit: int = 10) -> int:
         """Write summaries (and memory facts) for archived sessions that lack one."""
@@ -556,45 +387,3 @@ class SessionEngine:
             on_written=self.memories.forget,
             limit=limit,
         )
-
-
-@dataclass
-class _ToolRounds:
-    """What a turn's tool rounds have produced so far."""
-
-    messages: list[NewMessage] = field(default_factory=list)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    context_tokens: int = 0
-    used: list[str] = field(default_factory=list)
-    confirmation: ToolRequest | None = None
-
-
-def confirmation_question(name: str, arguments: Mapping[str, Any]) -> str:
-    """What the user is asked before a call that needs their yes."""
-    shown = json.dumps(dict(arguments), ensure_ascii=False, sort_keys=True)
-    if len(shown) > 600:
-        shown = shown[:599] + "…"
-    return f"Run `{name}` with {shown}? Reply yes or no."
-
-
-def _result_message(results: Sequence[ContentBlock]) -> NewMessage:
-    tokens = sum(estimate_tokens(str(result.get("content"))) for result in results)
-    return NewMessage("tool", "", tokens, tuple(results))
-
-
-def _with_messages(request: LLMRequest, *messages: LLMMessage) -> LLMRequest:
-    return LLMRequest(
-        system=request.system,
-        messages=(*request.messages, *messages),
-        max_tokens=request.max_tokens,
-        tools=request.tools,
-    )
-
-
-def _announce_tool(progress: TurnProgress, name: str) -> None:
-    """Say which tool runs: the earlier-conversations search has a status of its own."""
-    if name == SEARCH_TOOL_NAME:
-        progress.status("searching")
-    else:
-        progress.status("tool", name)
