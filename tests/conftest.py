@@ -19,7 +19,9 @@ from sqlalchemy import make_url
 
 from storage.database import Database
 from storage.models import Base
+from tests.fakes.anthropic_api import FakeAnthropicAPI
 from tests.fakes.slack_api import FakeSlackAPI
+from tests.fakes.smtp_sink import SmtpSink
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "GATEWAY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -168,4 +170,20 @@ def bucket(s3_client: Any) -> str:
 def slack_api() -> Iterator[FakeSlackAPI]:
     """The fake Slack Web API on loopback (`url` is the client's base URL)."""
     with FakeSlackAPI() as api:
+        yield api
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[SmtpSink]:
+    """An SMTP server on loopback that keeps what it receives."""
+    server = SmtpSink()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeAnthropicAPI]:
+    """The fake Anthropic Messages API on loopback (the SDK's `base_url`)."""
+    with FakeAnthropicAPI() as api:
         yield api

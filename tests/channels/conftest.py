@@ -16,15 +16,6 @@ from tests.fakes.smtp_sink import SmtpSink
 
 
 @pytest.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    """An SMTP server on loopback that keeps what it receives."""
-    server = SmtpSink()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def make_channel(sink: SmtpSink) -> AsyncIterator[Any]:
     """Start email channels (settings overridden by keyword) relaying to the sink; stops them."""
     started: list[EmailChannel] = []

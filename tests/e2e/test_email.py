@@ -3,7 +3,6 @@ SMTP sink, and the answer to that reply continuing the same session with the quo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -23,14 +22,6 @@ from tests.e2e.harness import free_port, gateway_config, running_gateway
 from tests.fakes.smtp_sink import SmtpSink
 
 ASSISTANT = "assistant@acme.example"
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    server = SmtpSink()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def email_config(database_url: str, tmp_path: Path, sink: SmtpSink) -> tuple[Any, int]:

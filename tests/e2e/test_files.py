@@ -9,25 +9,24 @@ import base64
 import hashlib
 import json
 import zipfile
-from collections.abc import AsyncIterator, Iterator
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import func, select
 
+from gateway.settings import GatewayConfig
 from storage.models import SessionMessage
 from tests.channels.email_mail import deliver
-from tests.channels.teams_activities import ALICE_AAD, TENANT, personal_message
-from tests.e2e.harness import free_port, gateway_config, running_gateway
+from tests.channels.teams_activities import personal_message
+from tests.e2e.harness import running_gateway
+from tests.e2e.test_email import ASSISTANT, email_config
+from tests.e2e.test_slack import slack_config
+from tests.e2e.test_teams import teams_config
 from tests.fakes.anthropic_api import FakeAnthropicAPI
-from tests.fakes.bot_framework import APP_ID, APP_PASSWORD, FakeBotFramework
+from tests.fakes.bot_framework import FakeBotFramework
 from tests.fakes.file_server import ServedFile
 from tests.fakes.slack_api import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
-    TEAM,
     FakeSlackAPI,
     direct_message,
     event_envelope,
@@ -36,48 +35,28 @@ from tests.fakes.slack_api import (
 from tests.fakes.smtp_sink import SmtpSink
 from tests.sessions.files.samples import docx, image, pdf, xlsx
 
-ASSISTANT = "assistant@acme.example"
 DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 INVOICE = ["Invoice 2026-114 from Northwind", "Total due: 4,812.50 EUR by 15 December"]
 
 
-@pytest.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    server = SmtpSink()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-def fake_api() -> Iterator[FakeAnthropicAPI]:
-    with FakeAnthropicAPI() as api:
-        yield api
+def with_fake_model(config: GatewayConfig, api: FakeAnthropicAPI, **files: Any) -> GatewayConfig:
+    """`config` answered by the real SDK against the fake Messages API, recall off, and these
+    `files` limits."""
+    data = config.model_dump()
+    data.update(
+        llm={"provider": "anthropic", "api_key": "test-key", "base_url": api.url},
+        recall={"enabled": False},
+        files=files,
+    )
+    return GatewayConfig.model_validate(data)
 
 
 def files_config(
     tmp_path: Path, sink: SmtpSink, api: FakeAnthropicAPI, **files: Any
-) -> tuple[Any, int]:
-    port = free_port()
-    config = gateway_config(
-        f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
-        tmp_path,
-        llm={"provider": "anthropic", "api_key": "test-key", "base_url": api.url},
-        recall={"enabled": False},
-        identity={"users": [{"id": "alice", "org": "acme", "email": ["alice@example.com"]}]},
-        files=files,
-        channels={
-            "email": {
-                "enabled": True,
-                "listen_port": port,
-                "addresses": [ASSISTANT],
-                "auth": {"mode": "off"},
-                "outbound": {"host": "127.0.0.1", "port": sink.port},
-            }
-        },
-    )
-    return config, port
+) -> tuple[GatewayConfig, int]:
+    config, port = email_config(f"sqlite+aiosqlite:///{tmp_path / 'g.db'}", tmp_path, sink)
+    return with_fake_model(config, api, **files), port
 
 
 def forward_with_invoice(invoice: bytes, *, extra: tuple[str, bytes] | None = None) -> bytes:
@@ -191,20 +170,8 @@ async def test_a_slack_dm_with_a_word_file_and_a_screenshot_shows_both_to_the_mo
         slack_api.add_file("F0002", ServedFile("screenshot.png", screenshot, "image/png")),
     ]
     event = direct_message("Does the chart match the report?", ts="1800000000.000100", files=files)
-    config = gateway_config(
-        f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
-        tmp_path,
-        llm={"provider": "anthropic", "api_key": "test-key", "base_url": fake_api.url},
-        recall={"enabled": False},
-        identity={"users": [{"id": "alice", "org": "acme", "slack": [f"{TEAM}:U0001"]}]},
-        channels={
-            "slack": {
-                "enabled": True,
-                "bot_token": BOT_TOKEN,
-                "signing_secret": SIGNING_SECRET,
-                "api_base_url": slack_api.url,
-            }
-        },
+    config = with_fake_model(
+        slack_config(f"sqlite+aiosqlite:///{tmp_path / 'g.db'}", tmp_path, slack_api), fake_api
     )
     async with running_gateway(config) as gateway:
         answer = await send_event(gateway.client, event_envelope(event, "EvFiles"))
@@ -241,24 +208,10 @@ async def test_a_teams_personal_chat_with_a_workbook_shows_its_rows_to_the_model
                 }
             ],
         }
-        config = gateway_config(
-            f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
-            tmp_path,
-            llm={"provider": "anthropic", "api_key": "test-key", "base_url": fake_api.url},
-            recall={"enabled": False},
-            identity={"users": [{"id": "alice", "org": "acme", "teams": [ALICE_AAD]}]},
-            channels={
-                "teams": {
-                    "enabled": True,
-                    "app_id": APP_ID,
-                    "app_password": APP_PASSWORD,
-                    "tenant_ids": [TENANT],
-                    "openid_metadata_url": teams.openid_metadata_url,
-                    "oauth_token_url": teams.token_url,
-                    "file_hosts": ["127.0.0.1"],
-                }
-            },
-        )
+        config = teams_config(f"sqlite+aiosqlite:///{tmp_path / 'g.db'}", tmp_path, teams)
+        data = config.model_dump()
+        data["channels"]["teams"]["file_hosts"] = ["127.0.0.1"]  # the fake's "SharePoint"
+        config = with_fake_model(GatewayConfig.model_validate(data), fake_api)
         async with running_gateway(config) as gateway:
             answer = await gateway.client.post(
                 "/api/messages", json=activity, headers=teams.bearer()

@@ -4,7 +4,6 @@ through the web channel, the real `anthropic` SDK and a fake Messages API."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,6 @@ from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
 
 FACT = "For the Acme renewal we agreed on 4200 euros per seat, signed by Priya."
-
-
-@pytest.fixture
-def fake_api() -> Iterator[FakeAnthropicAPI]:
-    with FakeAnthropicAPI() as api:
-        yield api
 
 
 def recall_config(database_url: str, tmp_path: Path, api: FakeAnthropicAPI, **recall: Any) -> Any:

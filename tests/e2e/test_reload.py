@@ -118,20 +118,6 @@ class ReloadingGateway:
 
 
 @pytest.fixture
-def fake_api() -> Iterator[FakeAnthropicAPI]:
-    with FakeAnthropicAPI() as api:
-        yield api
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    server = SmtpSink()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def reloading_gateway(
     tmp_path: Path, fake_api: FakeAnthropicAPI, sink: SmtpSink
 ) -> AsyncIterator[ReloadingGateway]:

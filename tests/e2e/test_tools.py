@@ -46,12 +46,6 @@ POLICY = [
 
 
 @pytest.fixture
-def fake_api() -> Iterator[FakeAnthropicAPI]:
-    with FakeAnthropicAPI() as api:
-        yield api
-
-
-@pytest.fixture
 def crm() -> Iterator[HttpToolServer]:
     with HttpToolServer("crm") as server:
         yield server

@@ -6,12 +6,10 @@ back to her."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import select
 
 from storage.models import OutboundMessage
@@ -197,14 +195,6 @@ async def test_an_export_asked_for_in_a_shared_channel_shows_others_nothing_of_t
 
 
 # --- email -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def sink() -> AsyncIterator[SmtpSink]:
-    server = SmtpSink()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def email(sender: str, subject: str, body: str, message_id: str, **headers: str) -> bytes:

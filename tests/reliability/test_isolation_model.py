@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from sessions.recall_tool import SEARCH_TOOL_NAME
 from tests.e2e.harness import RunningGateway, running_gateway
@@ -36,12 +33,6 @@ async def archive_idle_sessions(gateway: RunningGateway, *, count: int) -> None:
             archived += await gateway.runtime.jobs.archive_idle_sessions()
             await asyncio.sleep(0.02)
     assert archived == count
-
-
-@pytest.fixture
-def fake_api() -> Iterator[FakeAnthropicAPI]:
-    with FakeAnthropicAPI() as api:
-        yield api
 
 
 async def test_the_model_never_sees_bobs_words_in_alices_turns(
