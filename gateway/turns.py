@@ -11,6 +11,7 @@ message never wedges a user's queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import time
@@ -84,6 +85,9 @@ class TurnLive:
     ended: bool = False
 
 
+FILE_TURNS = 8  # turns holding files' bytes at once (up to files.max_message_mb each)
+
+
 @dataclass(frozen=True, slots=True)
 class TurnSettings:
     """The config values a turn depends on."""
@@ -148,6 +152,7 @@ class TurnProcessor:
         self.adapters: Mapping[ChannelType, ChannelAdapter] = {} if adapters is None else adapters
         # The files of a message, from the channel's stash or platform, for its turn.
         self.files = FileGatherer(transcripts, settings.files)
+        self._file_turns = asyncio.Semaphore(FILE_TURNS)
         # Live messages of events whose turn failed and waits for another attempt here.
         self._live_handles: dict[int, Mapping[str, Any]] = {}
         # Live replies opened as their message arrived (`show_working`), not yet taken by
@@ -255,33 +260,37 @@ class TurnProcessor:
         message = event.message
         channel = message.channel_type.value
         committed = False
-        files: tuple[IncomingFile, ...] = ()
-        if message.attachments:
-            # Fetched from the platform with the work slot given up: a download is a wait.
-            async with self.work_slots.waiting():
-                files = await self.files.gather(message, live.adapter)
-        try:
-            result = await self.service.answer(
-                UserTurn(
-                    event_id=event.event_id,
-                    arrival=arrival_of(message, user),
-                    message_id=message.message_id,
-                    text=message.prompt_text(),
-                    reply_to=ReplyAddress(
-                        channel_type=channel,
-                        channel_id=message.channel_id,
-                        thread_id=message.thread_id,
-                        reply_context=message.reply_context,
-                        delivered_on_store=channel in self.settings.pull_channels,
+        async with contextlib.AsyncExitStack() as held:
+            files: tuple[IncomingFile, ...] = ()
+            if message.attachments:
+                # The files' bytes stay in memory until the model has answered (a PDF goes
+                # in the request): a few such turns at a time. Fetching from the platform is a
+                # wait too: the work slot is given up meanwhile.
+                async with self.work_slots.waiting():
+                    await held.enter_async_context(self._file_turns)
+                    files = await self.files.gather(message, live.adapter)
+            try:
+                result = await self.service.answer(
+                    UserTurn(
+                        event_id=event.event_id,
+                        arrival=arrival_of(message, user),
+                        message_id=message.message_id,
+                        text=message.prompt_text(),
+                        reply_to=ReplyAddress(
+                            channel_type=channel,
+                            channel_id=message.channel_id,
+                            thread_id=message.thread_id,
+                            reply_context=message.reply_context,
+                            delivered_on_store=channel in self.settings.pull_channels,
+                        ),
+                        metadata=_message_metadata(message),
+                        files=files,
                     ),
-                    metadata=_message_metadata(message),
-                    files=files,
-                ),
-                live.progress,
-            )
-            committed = True
-        finally:
-            await self._end_progress(event, live, committed=committed)
+                    live.progress,
+                )
+                committed = True
+            finally:
+                await self._end_progress(event, live, committed=committed)
         provider = self.service.engine.llm.name
         self.metrics.llm_latency.labels(provider).observe(result.model_seconds)
         if result.outbound is None:
