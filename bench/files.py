@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sessions.files import file_blocks, read_file
+from sessions.files.blocks import file_blocks
+from sessions.files.extract import read_file
 from tests.sessions.files import samples
 
 GOALS_MS = {"pdf_20_pages": 300.0, "xlsx_5_mb": 1000.0}

@@ -30,7 +30,6 @@ from gateway.settings import GatewayConfig, TranscriptsConfig
 from gateway.turns import TurnProcessor
 from gateway.web_history import WebHistory
 from gateway.work_slots import WORK_SLOTS, WaitingLLM, WorkSlots
-from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings
 from sessions.compaction import Compactor
 from sessions.engine import SessionEngine
 from sessions.files.limits import ReadLimits
@@ -95,6 +94,10 @@ def open_llm(config: GatewayConfig) -> LLMClient:
             token_interval=pace.total_seconds() if pace else 0.0,
         )
     log.info("llm.configured", provider=provider, model=llm.model, base_url=llm.base_url)
+    # Imported only when used: the SDK takes seconds to import, which a gateway on the
+    # offline model (development, tests) need not pay at every start.
+    from sessions.anthropic_llm import AnthropicLLM, AnthropicSettings  # noqa: PLC0415
+
     return AnthropicLLM(
         AnthropicSettings(
             provider=provider,

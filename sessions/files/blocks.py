@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
-from sessions.files.images import ImageProblemError, fit_image
 from sessions.files.kinds import FileKind
 from sessions.files.limits import FileText
 
@@ -36,10 +35,9 @@ class FileForModel:
 def file_blocks(name: str, data: bytes, read: FileText) -> FileForModel:
     """The content blocks for one file (native where the API reads the format)."""
     if read.kind is FileKind.IMAGE:
-        try:
-            image = fit_image(data, read.media_type)
-        except ImageProblemError as exc:
-            return FileForModel((), str(exc))
+        image = read.image
+        if image is None:
+            return FileForModel((), read.problem or "it is not an image I can read")
         source = {
             "type": "base64",
             "media_type": image.media_type,

@@ -18,6 +18,7 @@ from email.message import EmailMessage, MIMEPart
 
 from inscriptis import get_text  # type: ignore[import-untyped]
 
+from sessions.files.images import ImageProblemError, fit_image
 from sessions.files.kinds import FileKind, FileType, decode_text, sniff
 from sessions.files.limits import FileText, ReadLimits, cut
 from sessions.files.office import docx_text, pptx_text, xlsx_text
@@ -46,8 +47,13 @@ def read_file(
     if found.kind in UNSUPPORTED:
         return FileText(found.kind, found.media_type, problem=UNSUPPORTED[found.kind])
     if found.kind is FileKind.IMAGE:
-        # Images are shown to the model as they are; they have no text of their own.
-        return FileText(found.kind, found.media_type)
+        # Images are shown to the model as pictures (fitted to the API's limits here, in the
+        # reader's child); they have no text of their own.
+        try:
+            fitted = fit_image(data, found.media_type)
+        except ImageProblemError as exc:
+            return FileText(found.kind, found.media_type, problem=str(exc))
+        return FileText(found.kind, found.media_type, image=fitted)
     reader = BINARY_READERS.get(found.kind)
     try:
         if reader is not None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import io
 import warnings
-from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
+
+from sessions.files.limits import FittedImage
 
 LONG_EDGE = 1568
 MAX_BYTES = 5 * 1024 * 1024
@@ -19,16 +20,6 @@ API_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 class ImageProblemError(Exception):
     """The image cannot be shown to the model; the message says why, for the reply."""
-
-
-@dataclass(frozen=True, slots=True)
-class FittedImage:
-    """Image bytes the API accepts, with their media type and size."""
-
-    data: bytes
-    media_type: str
-    width: int
-    height: int
 
 
 def fit_image(data: bytes, media_type: str) -> FittedImage:

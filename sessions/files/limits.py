@@ -28,6 +28,16 @@ class ReadLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class FittedImage:
+    """Image bytes the API accepts, with their media type and size."""
+
+    data: bytes
+    media_type: str
+    width: int
+    height: int
+
+
+@dataclass(frozen=True, slots=True)
 class FileText:
     """What reading a file gave: its text (possibly cut short), or why there is none."""
 
@@ -39,6 +49,8 @@ class FileText:
     # Why the file could not be read ("encrypted", "damaged: …", "unsupported file type"):
     # a sentence the reply can carry. Empty when the text is all there is to say.
     problem: str = ""
+    # An image, fitted to the API's limits where it was read (the reader's child process).
+    image: FittedImage | None = None
 
     @property
     def readable(self) -> bool:

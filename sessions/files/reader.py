@@ -19,7 +19,6 @@ import resource
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-from sessions.files.extract import read_file
 from sessions.files.kinds import sniff
 from sessions.files.limits import FileText, ReadLimits
 
@@ -30,6 +29,9 @@ OUT_OF_MEMORY = "it needs too much memory to read"
 
 def _serve(connection: Connection, memory_limit: int) -> None:
     """The child: read files sent over the pipe until it closes (or memory runs out)."""
+    # The parsers are imported here, in the child only: the gateway process never needs them.
+    from sessions.files.extract import read_file  # noqa: PLC0415
+
     resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     while True:
         try:

@@ -10,7 +10,10 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessions.files import FileReader, ReadLimits, file_blocks, read_file
+from sessions.files.blocks import file_blocks
+from sessions.files.extract import read_file
+from sessions.files.limits import ReadLimits
+from sessions.files.reader import FileReader
 from tests.reliability.fuzz.harness import FUZZ
 from tests.sessions.files import samples
 

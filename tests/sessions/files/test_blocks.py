@@ -7,8 +7,9 @@ import io
 
 from PIL import Image
 
-from sessions.files import FileKind, file_blocks, read_file
-from sessions.files.blocks import DATA_NOTE, MAX_PDF_PAGES
+from sessions.files.blocks import DATA_NOTE, MAX_PDF_PAGES, file_blocks
+from sessions.files.extract import read_file
+from sessions.files.kinds import FileKind
 from tests.sessions.files import samples
 
 

@@ -8,7 +8,9 @@ import zipfile
 
 import pytest
 
-from sessions.files import FileKind, ReadLimits, read_file, sniff
+from sessions.files.extract import read_file
+from sessions.files.kinds import FileKind, sniff
+from sessions.files.limits import ReadLimits
 from tests.sessions.files import samples
 
 

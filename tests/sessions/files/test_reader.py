@@ -7,7 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sessions.files import FileKind, FileReader, ReadLimits
+from sessions.files.kinds import FileKind
+from sessions.files.limits import ReadLimits
+from sessions.files.reader import FileReader
 from tests.sessions.files import samples
 
 
