@@ -209,7 +209,8 @@ class TurnService:
         taken = None
         if turn.files and self.files is not None:
             ref = SessionRef(org_id, arrival.user_id, session_id)
-            taken = await self.files.take(ref, turn.files, progress)
+            async with self.waiting():  # storing and reading files are waits, not work
+                taken = await self.files.take(ref, turn.files, progress)
             pending = _with_files(pending, turn.text, taken)
         loaded = self.engine.context_from(
             dataclasses.replace(reads, history=(*reads.history[:-1], pending))
