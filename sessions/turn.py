@@ -206,11 +206,10 @@ class TurnService:
                 else None
             )
         structlog.contextvars.bind_contextvars(session_id=session_id)
-        taken = None
-        if turn.files and self.files is not None:
-            ref = SessionRef(org_id, arrival.user_id, session_id)
-            async with self.waiting():  # storing and reading files are waits, not work
-                taken = await self.files.take(ref, turn.files, progress)
+        taken = await self._take_files(
+            turn, SessionRef(org_id, arrival.user_id, session_id), progress
+        )
+        if taken is not None:
             pending = _with_files(pending, turn.text, taken)
         loaded = self.engine.context_from(
             dataclasses.replace(reads, history=(*reads.history[:-1], pending))
@@ -418,6 +417,15 @@ class TurnService:
                 at=now,
                 expires_at=asked.expires_at,
             )
+
+    async def _take_files(
+        self, turn: UserTurn, ref: SessionRef, progress: TurnProgress
+    ) -> TurnFiles | None:
+        """The turn's files stored under its session and read (None: it brought none)."""
+        if not turn.files or self.files is None:
+            return None
+        async with self.waiting():  # storing and reading files are waits, not work
+            return await self.files.take(ref, turn.files, progress)
 
     async def _enqueue(
         self,
