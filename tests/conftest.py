@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -91,12 +92,25 @@ async def _empty_all_tables(database: Database) -> None:
             await session.execute(table.delete())
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file with every migration applied once, copied for each test that needs a
+    migrated database (migrating costs far more than copying)."""
+    path = tmp_path_factory.mktemp("template") / "gateway.db"
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        executor.submit(asyncio.run, _migrate(f"sqlite+aiosqlite:///{path}")).result()
+    # The last connection closed has checkpointed the write-ahead log into the file.
+    assert not path.with_name("gateway.db-wal").exists()
+    return path
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 async def database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
     """A migrated, empty database on each backend; PostgreSQL is emptied after each test."""
     if request.param == "sqlite":
-        database = Database(f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}")
-        await database.upgrade()
+        path = tmp_path / "gateway.db"
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), path)
+        database = Database(f"sqlite+aiosqlite:///{path}")
         yield database
         await database.dispose()
         return
