@@ -61,8 +61,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from errors import StorageError
 from gateway.log import configure_logging
-from sessions.recall import RecallOptions, RecallSearch
+from sessions.recall import RecallSearch
 from sessions.recall_embedding import installed_embedder
+from sessions.recall_values import RecallOptions
 from storage.database import Database
 from storage.models import Session, SessionMessage, SessionSummary
 from storage.recall_vectors import VectorIndex, rebuild_vectors

@@ -59,8 +59,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from errors import StorageError
 from gateway.log import configure_logging
 from sessions.lifecycle import transition
-from sessions.recall import THOROUGH, RecallBounds, RecallOptions, RecallSearch
+from sessions.recall import RecallSearch
 from sessions.recall_embedding import load_embedder
+from sessions.recall_values import THOROUGH, RecallBounds, RecallOptions
 from storage.database import Database
 from storage.models import SessionStatus, SessionSummary
 from storage.recall_entries import SearchBound

@@ -155,8 +155,9 @@ def _recall_search(args: argparse.Namespace) -> int:
     configure_logging(config.logging.format, "warning")
     import json  # noqa: PLC0415
 
-    from sessions.recall import RecallHit, RecallSearch  # noqa: PLC0415  (SQLAlchemy: lazily)
+    from sessions.recall import RecallSearch  # noqa: PLC0415
     from sessions.recall_embedding import installed_embedder  # noqa: PLC0415
+    from sessions.recall_values import RecallHit  # noqa: PLC0415
     from storage.database import Database  # noqa: PLC0415
     from storage.recall_vectors import VectorIndex  # noqa: PLC0415
     from storage.repositories.users import UserRepository  # noqa: PLC0415

@@ -22,7 +22,8 @@ from channels.base import ChannelMessage
 from errors import GatewayError
 from gateway.identity import IdentityResolver, ResolvedUser
 from gateway.log import get_logger
-from gateway.turns import QueuedEvent, TurnProcessor
+from gateway.turn_values import QueuedEvent
+from gateway.turns import TurnProcessor
 from primitives.single_flight import SingleFlight
 from storage.database import Database
 from storage.locks import TurnLocks

@@ -18,11 +18,11 @@ from channels.base import ChannelType
 from channels.files import MB, FileLimits
 from channels.registry import channel_plugins
 from gateway.settings import GatewayConfig, ToolsConfig
-from gateway.turns import TurnSettings
+from gateway.turn_values import TurnSettings
 from sessions.compaction import CompactionPolicy
 from sessions.engine_values import EngineSettings, RecallSettings
 from sessions.mcp_servers import McpServerSettings
-from sessions.recall import RecallOptions
+from sessions.recall_values import RecallOptions
 from sessions.routing import RoutingPolicy
 from sessions.tool_policy import PolicyRule, ToolPolicy
 from sessions.toolbox import ToolSettings

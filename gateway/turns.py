@@ -16,14 +16,12 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from channels.base import ChannelMessage, ChannelType, FileToSend
-from channels.files import FileLimits
 from channels.live import LiveChannel, ReplyTarget, TitledChannel
 from channels.plugin import ChannelAdapter
 from gateway.commands import Command, CommandContext, parse_command, run_command
@@ -32,13 +30,22 @@ from gateway.identity import ResolvedUser
 from gateway.live import HandleOnly, LiveProgress
 from gateway.log import bind_turn_context, clear_turn_context, get_logger
 from gateway.metrics import GatewayMetrics
+from gateway.turn_values import (
+    FILE_TURNS,
+    QueuedEvent,
+    TurnLive,
+    TurnSettings,
+    arrival_of,
+    message_metadata,
+    reply_target,
+)
 from gateway.work_slots import WorkSlots
 from sessions.files.turn_files import IncomingFile
 from sessions.progress import NO_PROGRESS, TurnProgress
-from sessions.routing import Arrival, RoutingPolicy
-from sessions.turn import LIVE_REPLY_KEY, ReplyAddress, TurnService, UserTurn, new_outbound_id
+from sessions.turn import TurnService
+from sessions.turn_values import LIVE_REPLY_KEY, ReplyAddress, UserTurn, new_outbound_id
 from storage.database import Database
-from storage.models import InboundEvent, InboundStatus
+from storage.models import InboundStatus
 from storage.models import OutboundMessage as OutboundRow
 from storage.repositories.inbox import InboxRepository
 from storage.repositories.outbox import OutboxRepository
@@ -58,62 +65,6 @@ MAX_ATTEMPTS = 3
 # A live reply opened as its message arrived and not taken by a turn here within this time
 # (another process answered it, or the queue is that long) is closed; a turn opens its own.
 EARLY_LIVE_SECONDS = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedEvent:
-    """An accepted message waiting in a user's queue."""
-
-    event_id: int
-    message: ChannelMessage
-    # The live platform message an earlier attempt at this event streamed into, if any.
-    live: Mapping[str, Any] | None = None
-
-    @classmethod
-    def of(cls, row: InboundEvent) -> QueuedEvent:
-        """The value of an inbox row."""
-        return cls(row.id, ChannelMessage.from_record(row.message), row.live_reply or None)
-
-
-@dataclass(slots=True)
-class TurnLive:
-    """A turn's live reply: where it goes, the channel showing it, its progress."""
-
-    target: ReplyTarget
-    adapter: ChannelAdapter | None
-    progress: TurnProgress
-    ended: bool = False
-
-
-FILE_TURNS = 8  # turns holding files' bytes at once (up to files.max_message_mb each)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnSettings:
-    """The config values a turn depends on."""
-
-    routing: RoutingPolicy
-    history_budget_tokens: int
-    # Channels whose clients fetch their replies (the web feed): no send step, no outbox pass.
-    pull_channels: frozenset[str] = frozenset()
-    # Base of links sent to users (exports); empty for links relative to this server.
-    public_url: str = ""
-    # What live replies say while the assistant works, by `sessions.progress.StatusKind`.
-    status_texts: Mapping[str, str] = field(default_factory=dict)
-    # How much the files of a message may bring.
-    files: FileLimits = field(default_factory=FileLimits)
-
-
-def arrival_of(message: ChannelMessage, user: ResolvedUser) -> Arrival:
-    """The message as session routing sees it."""
-    return Arrival(
-        user_id=user.user_id,
-        org_id=user.org_id,
-        channel_type=message.channel_type.value,
-        channel_id=message.channel_id,
-        thread_id=message.thread_id,
-        references=message.references,
-    )
 
 
 class TurnProcessor:
@@ -221,7 +172,7 @@ class TurnProcessor:
 
     def _open_live(self, event: QueuedEvent, user: ResolvedUser) -> TurnLive:
         """The turn's live reply, showing that the assistant is working."""
-        target = _reply_target(event.message, user)
+        target = reply_target(event.message, user)
         adapter = self.adapters.get(event.message.channel_type)
         return TurnLive(target, adapter, self._progress(event, adapter, target))
 
@@ -283,7 +234,7 @@ class TurnProcessor:
                             reply_context=message.reply_context,
                             delivered_on_store=channel in self.settings.pull_channels,
                         ),
-                        metadata=_message_metadata(message),
+                        metadata=message_metadata(message),
                         files=files,
                     ),
                     live.progress,
@@ -463,32 +414,3 @@ class TurnProcessor:
         """Hand a committed reply to the outbox sender."""
         if reply is not None:
             self.send_reply(reply)
-
-
-def _reply_target(message: ChannelMessage, user: ResolvedUser) -> ReplyTarget:
-    """Where the message's live reply goes."""
-    return ReplyTarget(
-        channel_id=message.channel_id,
-        thread_id=message.thread_id,
-        reply_context=message.reply_context,
-        user_id=user.user_id,
-        user_identifier=message.user_identifier,
-        in_reply_to=message.message_id,
-        conversation=message.conversation,
-    )
-
-
-def _message_metadata(message: ChannelMessage) -> dict[str, object]:
-    metadata: dict[str, object] = {"channel_id": message.channel_id}
-    if message.forwarded is not None:
-        metadata["forwarded"] = {
-            "sender": message.forwarded.sender,
-            "subject": message.forwarded.subject,
-            "date": message.forwarded.date,
-        }
-    if message.attachments:
-        metadata["attachments"] = [
-            {"filename": a.filename, "content_type": a.content_type, "size": a.size}
-            for a in message.attachments
-        ]
-    return metadata

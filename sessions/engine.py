@@ -54,8 +54,9 @@ from sessions.llm import (
 )
 from sessions.memory import SessionSummary
 from sessions.progress import NO_PROGRESS, TurnProgress
-from sessions.recall import RecallExclusions, RecallSearch
+from sessions.recall import RecallSearch
 from sessions.recall_tool import SEARCH_TOOL, run_search_tool
+from sessions.recall_values import RecallExclusions
 from sessions.summaries import summarise_archived_sessions
 from sessions.tool_rounds import ToolRounds
 from sessions.toolbox import TOOL_DATA_NOTE, McpToolbox

@@ -17,7 +17,7 @@ from sessions.compaction import CompactionPolicy
 from sessions.context import AssembledContext, EarlierExcerpt, HistoryMessage
 from sessions.llm import ContentBlock, ToolSpec
 from sessions.memory import RetentionPolicy, SessionSummary
-from sessions.recall import RecallExclusions, RecallOptions
+from sessions.recall_values import RecallExclusions, RecallOptions
 
 ToolRunner = Callable[[Mapping[str, Any], str], Awaitable[str]]
 """Runs a tool for a user: (input, user id) → result text."""

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from sessions.recall import HitKind, RecallSearch
+from sessions.recall import RecallSearch
 from sessions.recall_query import query_terms, words
+from sessions.recall_values import HitKind
 
 # A message "clearly continues" an archived session when it shares at least this many words,
 # and this share of its searched words, with that session's summary.

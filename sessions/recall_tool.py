@@ -12,7 +12,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from sessions.llm import ToolSpec
-from sessions.recall import RecallExclusions, RecallHit, RecallSearch
+from sessions.recall import RecallSearch
+from sessions.recall_values import RecallExclusions, RecallHit
 
 SEARCH_TOOL_NAME = "search_past_conversations"
 SEARCH_TOOL_MAX_HITS = 20

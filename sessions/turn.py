@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,10 +43,18 @@ from sessions.compaction import transcript_line
 from sessions.context import HistoryMessage
 from sessions.engine import SessionEngine
 from sessions.engine_values import ConfirmedCall, NewMessage, ToolRequest, TurnOutcome
-from sessions.files.turn_files import FileIntake, IncomingFile, TurnFiles, message_blocks
+from sessions.files.turn_files import FileIntake, TurnFiles, message_blocks
 from sessions.llm import estimate_tokens
 from sessions.progress import NO_PROGRESS, TurnProgress
-from sessions.routing import Arrival, RoutingPolicy, resolve_session
+from sessions.routing import RoutingPolicy, resolve_session
+from sessions.turn_values import (
+    LIVE_REPLY_KEY,
+    LLM_APOLOGY_TEXT,
+    TurnResult,
+    TurnSupersededError,
+    UserTurn,
+    new_outbound_id,
+)
 from storage.database import Database
 from storage.models import InboundStatus
 from storage.models import OutboundMessage as OutboundRow
@@ -56,7 +62,7 @@ from storage.models import ToolConfirmation as ToolConfirmationRow
 from storage.repositories.outbox import OutboxRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.tool_confirmations import ToolConfirmationRepository
-from storage.transcripts import SessionRef, TranscriptLine, TranscriptStore
+from storage.transcripts import SessionRef, TranscriptStore
 from storage.turn_store import (
     MessageToStore,
     TurnUsage,
@@ -65,73 +71,6 @@ from storage.turn_store import (
 )
 
 log = structlog.stdlib.get_logger(__name__)
-
-LIVE_REPLY_KEY = "live"
-"""The reply context key of the live platform message a streamed reply finishes (the
-channels' `channels.live.LIVE_KEY`: the gateway checks the two agree)."""
-
-LLM_APOLOGY_TEXT = (
-    "Sorry, I could not get an answer from the assistant just now. "
-    "Your message is saved; please try again in a moment."
-)
-
-
-class TurnSupersededError(StorageError):
-    """The inbound event was finished by someone else while this turn ran (nothing stored)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyAddress:
-    """Where the reply goes; the gateway's outbox reads it, the turn only stores it."""
-
-    channel_type: str
-    channel_id: str
-    thread_id: str = ""
-    reply_context: Mapping[str, Any] = field(default_factory=dict)
-    # Pull channels (the web feed): being stored is being delivered; nothing to send.
-    delivered_on_store: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class UserTurn:
-    """A user's message to answer, as the session layer sees it."""
-
-    event_id: int
-    arrival: Arrival
-    message_id: str
-    text: str
-    reply_to: ReplyAddress
-    # Stored with the user's message (the channel id, forwarded headers, attachment names).
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    # Resume by reference may look up an archived session the text continues.
-    may_resume_by_reference: bool = True
-    # The files that came with the message (their bytes, or why the gateway has none).
-    files: tuple[IncomingFile, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TurnResult:
-    """What a committed turn produced."""
-
-    session_id: str
-    org_id: str
-    user_id: str
-    first_seq: int
-    last_seq: int
-    reply_text: str
-    # The committed reply, claimed for this process to send (None on a pull channel).
-    outbound: OutboundRow | None
-    answered: bool  # False: the model failed and the reply is the apology
-    compacted: bool = False
-    input_tokens: int = 0
-    output_tokens: int = 0
-    transcript: tuple[TranscriptLine, ...] = ()
-    model_seconds: float = 0.0  # compaction, model and tools
-
-
-def new_outbound_id() -> str:
-    """Our own id for a reply."""
-    return f"out-{uuid.uuid4().hex}"
 
 
 class TurnService:

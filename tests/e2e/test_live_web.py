@@ -20,7 +20,7 @@ from channels.base import ChannelMessage, ChannelType, Conversation
 from gateway import turns
 from gateway.runtime import GatewayRuntime
 from gateway.server import http_server
-from gateway.turns import QueuedEvent
+from gateway.turn_values import QueuedEvent
 from storage.models import InboundEvent, OutboundMessage
 from tests.channels.web_channel_harness import Event, EventReader, open_stream
 from tests.e2e.harness import free_port, gateway_config, running_gateway

@@ -23,7 +23,7 @@ from errors import StorageError
 from gateway.doctor import run_checks
 from gateway.reload import apply_config
 from gateway.settings import GatewayConfig
-from sessions.turn import LLM_APOLOGY_TEXT
+from sessions.turn_values import LLM_APOLOGY_TEXT
 from storage.models import SessionMessage, ToolConfirmation
 from storage.transcripts import SessionRef
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway

@@ -24,7 +24,7 @@ from gateway.commands import (
     run_command,
 )
 from gateway.identity import ResolvedUser
-from gateway.turns import arrival_of
+from gateway.turn_values import arrival_of
 from sessions.routing import RoutingPolicy
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore

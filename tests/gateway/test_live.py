@@ -14,7 +14,7 @@ import pytest
 from channels.live import LIVE_KEY, LiveStoppedError
 from errors import DeliveryError
 from gateway.live import HandleOnly, LiveProgress
-from sessions.turn import LIVE_REPLY_KEY
+from sessions.turn_values import LIVE_REPLY_KEY
 
 
 class RecordingReply:

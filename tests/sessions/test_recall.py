@@ -15,15 +15,10 @@ from sessions.context import EARLIER_HEADING
 from sessions.engine import SessionEngine
 from sessions.engine_values import EngineSettings, RecallSettings
 from sessions.llm import OfflineLLM
-from sessions.recall import (
-    IndexQuery,
-    RecallBounds,
-    RecallExclusions,
-    RecallOptions,
-    RecallSearch,
-)
+from sessions.recall import RecallSearch
 from sessions.recall_query import query_terms
 from sessions.recall_tool import SEARCH_TOOL_NAME, run_search_tool
+from sessions.recall_values import IndexQuery, RecallBounds, RecallExclusions, RecallOptions
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.models import SessionSummary

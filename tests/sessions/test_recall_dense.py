@@ -17,9 +17,10 @@ from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import SessionEngine
 from sessions.engine_values import EngineSettings, RecallSettings
 from sessions.llm import OfflineLLM
-from sessions.recall import RecallOptions, RecallSearch
+from sessions.recall import RecallSearch
 from sessions.recall_embedding import installed_embedder, model_files
 from sessions.recall_ranking import fuse_ranks, fuse_scores
+from sessions.recall_values import RecallOptions
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_entries import IndexedText
