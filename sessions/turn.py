@@ -150,9 +150,8 @@ class TurnService:
         )
         if taken is not None:
             pending = _with_files(pending, turn.text, taken)
-        loaded = self.engine.context_from(
-            dataclasses.replace(reads, history=(*reads.history[:-1], pending))
-        )
+            reads = dataclasses.replace(reads, history=(*reads.history[:-1], pending))
+        loaded = self.engine.context_from(reads)
         log.info("turn.started", route=route.reason)
         started = time.perf_counter()
         outcome: TurnOutcome | None = None
