@@ -146,12 +146,15 @@ class IdentityResolver:
             return cached
         channel, _, external_id = sender_key.partition(":")
         async with self.database.session() as session:
-            user = await UserRepository(session).find_by_identity(channel, external_id)
-        if user is None:
+            owner = await UserRepository(session).sender(channel, external_id)
+        if owner is None:
             self._cache.pop(sender_key)
             return None
+        # The dispatcher asks for the user's queues next (`identity_keys`): read already.
+        self._keys_cache.put(owner.user_id, list(owner.sender_keys))
         return self._remember(
-            sender_key, ResolvedUser(user.id, user.org_id, user.display_name, user.provisioned)
+            sender_key,
+            ResolvedUser(owner.user_id, owner.org_id, owner.display_name, owner.provisioned),
         )
 
     def _remember(self, sender_key: str, resolved: ResolvedUser) -> ResolvedUser:

@@ -19,6 +19,7 @@ from gateway.reload import reload_config
 from gateway.runtime import GatewayRuntime
 from gateway.settings import GatewayConfig
 from gateway.workers import TurnWorkers
+from primitives.collector import settle_after_start
 
 log = get_logger(__name__)
 
@@ -26,6 +27,9 @@ log = get_logger(__name__)
 # Seconds the responses still open when the server stops may take to finish; then they are
 # cancelled (the platforms resend what was not acknowledged; web clients reconnect).
 SHUTDOWN_GRACE = 10
+TURN_WORKER_NICENESS = 5
+"""How much lower a turn worker's scheduling priority is than the accepting process's (under
+Linux's scheduler a niceness of 5 weighs about a third)."""
 
 
 class GatewayServer(uvicorn.Server):
@@ -131,6 +135,7 @@ async def serve(
         runtime.start_background()
         if workers is not None:
             workers.start()
+        settle_after_start()
         log.info(
             "http.listening",
             host=config.server.host,
@@ -145,7 +150,13 @@ async def serve(
 
 
 async def _serve_turns(config: GatewayConfig, config_path: Path | None) -> None:
-    """A turn worker: run turns, send replies and the jobs until SIGTERM/SIGINT."""
+    """A turn worker: run turns, send replies and the jobs until SIGTERM/SIGINT.
+
+    It runs at a lower scheduling priority (`TURN_WORKER_NICENESS`): on a host whose cores are
+    full, the process that accepts (and acknowledges within the platforms' deadlines) gets
+    the CPU first and the turns take what is left; on a host with cores to spare it changes
+    nothing."""
+    os.nice(TURN_WORKER_NICENESS)
     runtime = await GatewayRuntime.start(config, role="turns")
     stopped = asyncio.Event()
     try:
@@ -162,6 +173,7 @@ async def _serve_turns(config: GatewayConfig, config_path: Path | None) -> None:
         loop.add_signal_handler(signal.SIGHUP, request_reload)
         runtime.start_background()
         watch = asyncio.create_task(_stop_when_orphaned(stopped), name="parent-watch")
+        settle_after_start()
         log.info("workers.ready")
         await stopped.wait()
         watch.cancel()

@@ -61,7 +61,10 @@ class HistoryCache:
     async def read(self, db: AsyncSession, session: Session) -> SessionHistory:
         """The history of `session` (the row read in this transaction) up to its `last_seq`."""
         cached = self._entries.get(session.id)
-        if (
+        if cached is None and session.last_seq == 0 and session.compaction_count == 0:
+            # A session with no message yet (typically created by this turn): nothing to read.
+            cached = SessionHistory(0, 0, None, 0, ())
+        elif (
             cached is None
             or cached.compaction_count != session.compaction_count
             or cached.last_seq > session.last_seq

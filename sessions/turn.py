@@ -138,7 +138,12 @@ class TurnService:
             reads = await self.engine.read_context(
                 db, session, thread_id=arrival.thread_id, pending=pending
             )
-            waiting = await ToolConfirmationRepository(db).waiting(session_id)
+            # A call waits for a yes only after a turn asked for it: none in a new session.
+            waiting = (
+                await ToolConfirmationRepository(db).waiting(session_id)
+                if session.last_seq
+                else None
+            )
             confirmed = (
                 answer_to(waiting_request(waiting), turn.text, now=now)
                 if waiting is not None and waiting.user_id == arrival.user_id

@@ -7,6 +7,7 @@ email address, web id). An identity belongs to one user and is never moved silen
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import delete, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -15,6 +16,18 @@ from errors import StorageError
 from storage.column_types import utcnow
 from storage.models import Organization, User, UserChannelIdentity
 from storage.repositories._sql import batches, dialect_insert
+
+
+@dataclass(frozen=True, slots=True)
+class SenderOwner:
+    """The user a channel identity belongs to, with all their sender keys
+    (`channel:external id`)."""
+
+    user_id: str
+    org_id: str
+    display_name: str
+    provisioned: bool
+    sender_keys: tuple[str, ...]
 
 
 def identity_conflict(channel_type: str, external_id: str, owner: str) -> str:
@@ -157,6 +170,38 @@ class UserRepository:
             )
         )
         return result.scalar_one_or_none()
+
+    async def sender(self, channel_type: str, external_id: str) -> SenderOwner | None:
+        """The user owning this channel identity with every identity of theirs, in one
+        statement (a new sender costs the dispatcher one round trip, not two)."""
+        found = UserChannelIdentity.__table__.alias("found")
+        every = UserChannelIdentity.__table__.alias("every")
+        users = User.__table__
+        result = await self.session.execute(
+            select(
+                users.c.id,
+                users.c.org_id,
+                users.c.display_name,
+                users.c.provisioned,
+                every.c.channel_type,
+                every.c.external_id,
+            )
+            .select_from(found.join(users, users.c.id == found.c.user_id))
+            .join(every, every.c.user_id == users.c.id)
+            .where(found.c.channel_type == channel_type, found.c.external_id == external_id)
+            .order_by(every.c.channel_type, every.c.external_id)
+        )
+        rows = result.all()
+        if not rows:
+            return None
+        user_id, org_id, display_name, provisioned = rows[0][:4]
+        return SenderOwner(
+            user_id,
+            org_id,
+            display_name,
+            bool(provisioned),
+            tuple(f"{row.channel_type}:{row.external_id}" for row in rows),
+        )
 
     async def identities(self, user_id: str) -> list[UserChannelIdentity]:
         """Every channel identity of the user."""

@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from storage.database import Database
 from storage.models import InboundEvent, OutboundMessage, Session, SessionMessage
+from gateway.server import TURN_WORKER_NICENESS
 from tests.e2e.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,6 +256,9 @@ async def test_an_accepting_gateway_with_a_turn_worker_answers_each_message_once
         await wait_for(lambda: answered(10))
         # A worker that dies mid-turn is started again; the turns it held are answered once.
         (worker,) = worker_pids(gateway.process.pid)
+        # The turns yield the CPU to the process that acknowledges.
+        accepting = os.getpriority(os.PRIO_PROCESS, gateway.process.pid)
+        assert os.getpriority(os.PRIO_PROCESS, worker) == accepting + TURN_WORKER_NICENESS
         for index in range(10, 20):
             await post(index)
         os.kill(worker, signal.SIGKILL)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import structlog
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from channels.base import ChannelMessage, ChannelType
 from gateway.identity import IdentityResolver, ResolvedUser, provisioned_user_id, sync_identities
@@ -262,3 +262,25 @@ async def test_identity_keys_list_every_sender_key_of_the_user(database: Databas
     ]:
         assert sender_key(channel.value, sender) in await resolver.identity_keys("alice")
     assert await resolver.identity_keys("nobody") == []
+
+
+async def test_looking_a_sender_up_reads_their_user_and_every_queue_in_one_statement(
+    database: Database,
+) -> None:
+    settings = config()
+    await sync_identities(database, settings)
+    resolver = IdentityResolver(database, settings)
+    statements: list[str] = []
+    listen = event.listens_for(database.engine.sync_engine, "before_cursor_execute")
+
+    @listen
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    alice = await resolver.known_sender("slack:T0001:U0001")
+    keys = await resolver.identity_keys("alice")
+
+    assert alice == ResolvedUser("alice", "acme", "Alice", provisioned=False)
+    assert keys == ["email:alice@acme.example", "slack:T0001:U0001", "teams:aad-alice", "web:alice"]
+    assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) == 1
+    assert await resolver.known_sender("slack:T0001:U9999") is None

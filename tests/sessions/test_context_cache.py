@@ -5,6 +5,9 @@ compaction) are never missed."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import event
 
 from sessions.context import HistoryMessage
 from sessions.context_cache import HistoryCache
@@ -95,3 +98,25 @@ async def test_a_compaction_makes_the_cache_read_the_window_again(database: Data
         assert session is not None
         history = await cache.read(db, session)
     assert (history.summary, [m.content for m in history.messages]) == ("one and two", ["three"])
+
+
+async def test_a_session_with_no_message_yet_is_not_read_and_then_grows_as_usual(
+    database: Database,
+) -> None:
+    session_id = await new_session(database)
+    cache = HistoryCache()
+    statements: list[str] = []
+    listen = event.listens_for(database.engine.sync_engine, "before_cursor_execute")
+
+    @listen
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    async with database.session() as db:
+        session = await SessionRepository(db).get(session_id)
+        assert session is not None
+        statements.clear()
+        history = await cache.read(db, session)
+    assert (history.messages, history.summary, statements) == ((), None, [])
+    await store(database, session_id, "one")
+    assert await cached_texts(cache, database, session_id) == ["one"]
