@@ -15,9 +15,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from gateway.server import TURN_WORKER_NICENESS
 from storage.database import Database
 from storage.models import InboundEvent, OutboundMessage, Session, SessionMessage
-from gateway.server import TURN_WORKER_NICENESS
 from tests.e2e.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
