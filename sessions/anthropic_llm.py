@@ -5,8 +5,9 @@ Retries are the SDK's own for the request itself: exponential backoff on 408/409
 request. What still fails after `max_retries` becomes an `LLMError` carrying the status and
 the API's message.
 
-With a `TurnProgress` the call streams (`messages.stream`) and each text delta goes to the
-progress as it arrives. The SDK retries only the request that opens a stream: a stream that
+With a `TurnProgress` the call streams and each text delta goes to the progress as it
+arrives (the events read by `sessions.anthropic_stream`; on Bedrock the SDK's
+`messages.stream`). The SDK retries only the request that opens a stream: a stream that
 breaks off later (an `error` event such as `overloaded_error`, a dropped connection, a stream
 that ends before `message_stop`) is started again here, up to `max_retries` times with
 backoff, after `progress.reset()` so the text shown starts over. Answers that are not the
@@ -16,7 +17,8 @@ Messages API's shape are retried the same way, streamed or not.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,6 +27,7 @@ import httpx2
 import structlog
 
 from errors import LLMError
+from sessions.anthropic_stream import StreamedMessage, StreamError, server_sent_events
 from sessions.llm import ContentBlock, LLMMessage, LLMRequest, LLMResponse
 from sessions.progress import TurnProgress
 
@@ -168,6 +171,13 @@ class AnthropicLLM:
         stream that breaks off afterwards is `_RetryableError` when trying again may help."""
         opened = False
         try:
+            if self.settings.provider == "anthropic":
+                # Server-sent events, read without the SDK's per-event objects
+                # (`sessions.anthropic_stream`); Bedrock's streams are AWS event streams.
+                request = self._client.messages.with_streaming_response.create
+                async with request(**options, stream=True) as response:
+                    opened = True
+                    return await _read_events(response.iter_lines(), progress)
             async with self._client.messages.stream(**options) as stream:
                 opened = True
                 finished = False
@@ -179,6 +189,11 @@ class AnthropicLLM:
                 if not finished:
                     raise _RetryableError("the model API's stream ended before message_stop")
                 return _response(await stream.get_final_message())
+        except StreamError as exc:
+            message = f"the model API's stream failed: {exc}"
+            if exc.error_type in RETRYABLE_STREAM_ERRORS:
+                raise _RetryableError(message) from exc
+            raise LLMError(message) from exc
         except anthropic.APIStatusError as exc:
             if opened:
                 raise _stream_error(exc) from exc
@@ -198,6 +213,22 @@ class AnthropicLLM:
     async def close(self) -> None:
         """Close the SDK's connection pool."""
         await self._client.close()
+
+
+async def _read_events(lines: AsyncIterator[str], progress: TurnProgress) -> LLMResponse:
+    """The message of a stream's events, its text deltas passed to `progress` on arrival."""
+    message = StreamedMessage()
+    # Read to the end of the body (the API ends it after `message_stop`): a response left
+    # unread closes its connection instead of returning it to the pool.
+    async for _name, data in server_sent_events(lines):
+        if not message.finished and (text := message.feed(json.loads(data))):
+            progress.text(text)
+    if not message.finished:
+        raise _RetryableError("the model API's stream ended before message_stop")
+    response = message.response()
+    if not response.blocks and message.stop_reason is None:
+        raise LLMError("the model API returned an empty message")
+    return response
 
 
 def _status_error(exc: anthropic.APIStatusError) -> LLMError:
