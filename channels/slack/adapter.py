@@ -144,11 +144,23 @@ class SlackChannel:
         self.app.shortcut(SHORTCUT_CALLBACK_ID)(self.inbound.on_shortcut)
 
     async def start(self) -> None:
-        """Check the bot token (`auth.test`) and, in socket mode, connect.
+        """Open the Web API's connection pool, check the bot token (`auth.test`) and, in socket
+        mode, connect.
 
         A token Slack refuses stops the start-up (`ChannelAuthError`); an unreachable Slack
         only logs a warning, since inbound events carry the bot's user id anyway.
         """
+        # One connection pool for every Web API call: without a session of its own the SDK
+        # opens (and closes) a connection, with its TLS handshake, for each call.
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.client.timeout))
+        self.client.session = session
+        try:
+            await self._connect()
+        except BaseException:
+            await session.close()  # a failed start is not stopped
+            raise
+
+    async def _connect(self) -> None:
         try:
             identity = await self.client.auth_test()
         except SlackApiError as exc:
@@ -174,12 +186,15 @@ class SlackChannel:
         self.assistant.reconfigure(settings.assistant)
 
     async def stop(self) -> None:
-        """Disconnect Socket Mode and wait for polite notices still being posted."""
+        """Disconnect Socket Mode, wait for polite notices still being posted, and close the
+        connection pool (a call after that opens a connection of its own)."""
         if self._socket is not None:
             await self._socket.close_async()
         await self.inbound.finish_notices()
         await self.assistant.finish()
         await self.files.close()
+        if self.client.session is not None:
+            await self.client.session.close()
 
     def routes(self) -> list[Route]:
         """`POST /slack/events`: events, interactivity and shortcuts on one endpoint (none in
