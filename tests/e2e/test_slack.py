@@ -86,6 +86,20 @@ async def test_a_signed_dm_gets_exactly_one_reply_also_when_slack_retries_it_thr
     assert "What is an anvil?" in post["text"]
 
 
+async def test_the_web_api_calls_of_many_replies_share_one_connection(
+    database_url: str, tmp_path: Path, slack_api: FakeSlackAPI
+) -> None:
+    async with running_gateway(slack_config(database_url, tmp_path, slack_api)) as gateway:
+        for number in range(3):
+            event = direct_message(f"Question {number}?", ts=f"170000000{number}.000100")
+            await send_event(gateway.client, event_envelope(event, f"EvPool{number}"))
+            await wait_for_posts(slack_api, number + 1, settle=0)
+    posts = [call for call in slack_api.calls if call.method == "chat.postMessage"]
+    assert len(posts) == 3
+    # auth.test at start-up and every post: one pooled connection, not one per call.
+    assert len({call.peer for call in slack_api.calls}) == 1
+
+
 async def test_a_dm_in_a_thread_is_answered_in_that_thread(
     database_url: str, tmp_path: Path, slack_api: FakeSlackAPI
 ) -> None:

@@ -97,6 +97,8 @@ class SlackCall:
     at: float = field(default_factory=time.monotonic)
     # Wall clock, comparable with other processes' on this machine (for end-to-end latency).
     received_at: float = field(default_factory=time.time)
+    # The client's address: calls over one connection share it.
+    peer: tuple[str, int] | None = None
 
 
 class FakeSlackAPI:
@@ -195,7 +197,8 @@ class FakeSlackAPI:
         else:
             params = dict(parse_qsl(body.decode()))
         params.update(request.query_params)
-        call = SlackCall(method, params)
+        peer = (request.client.host, request.client.port) if request.client else None
+        call = SlackCall(method, params, peer=peer)
         self.calls.append(call)
         workspace = request.headers.get("authorization", "")
         limited = self._over_limit(workspace, method, str(params.get("channel") or ""))
