@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from errors import ChannelPayloadError, RejectedRequestError
 
@@ -233,6 +234,19 @@ async def read_body(request: Request, limit: int) -> bytes:
     if len(raw) > limit:
         raise RejectedRequestError(413, f"the body is larger than {limit} bytes")
     return raw
+
+
+class RefusalResponse(JSONResponse):
+    """`{"error": reason}` with the refusal's status. Rendered ASCII-only: a reason quoting
+    the request (a tenant id, a header) may hold a lone UTF-16 surrogate that the request's
+    JSON carried, which UTF-8 cannot encode; escaped, it is valid JSON all the same."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__({"error": reason}, status_code=status)
+
+    def render(self, content: Any) -> bytes:
+        """The JSON of `content`, every non-ASCII character escaped."""
+        return json.dumps(content, separators=(",", ":")).encode("ascii")
 
 
 def parse_json(raw: bytes | str) -> Any:

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from channels.base import RefusalResponse
 from errors import SessionStateError
 from gateway.admin import Administration, NotFoundError
 from gateway.log import get_logger
@@ -142,4 +143,4 @@ class AdminAPI:
 
 
 def _error(status: int, reason: str) -> JSONResponse:
-    return JSONResponse({"error": reason}, status_code=status)
+    return RefusalResponse(status, reason)

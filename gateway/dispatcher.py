@@ -138,7 +138,7 @@ class Dispatcher:
         """Start a drain for every user with pending events (of `senders`, or of anyone in
         the inbox) who is not being drained here already."""
         if senders is None:
-            async with self.database.session() as db:
+            async with self.database.single() as db:
                 senders = await InboxRepository(db).pending_senders()
         for sender in senders:
             if self._stopping:
@@ -227,7 +227,7 @@ class Dispatcher:
         while not self._stopping:
             # A few at a time: the batch is read under the lock, so it is still in order and
             # nobody else takes from it; each event is re-checked when its turn finishes it.
-            async with self.database.session() as db:
+            async with self.database.single() as db:
                 rows = await InboxRepository(db).next_pending(keys, limit=DRAIN_BATCH)
             events = [QueuedEvent.of(row) for row in rows]
             if not events:

@@ -145,7 +145,7 @@ class IdentityResolver:
         if cached is not None:
             return cached
         channel, _, external_id = sender_key.partition(":")
-        async with self.database.session() as session:
+        async with self.database.single() as session:
             owner = await UserRepository(session).sender(channel, external_id)
         if owner is None:
             self._cache.pop(sender_key)
@@ -214,7 +214,7 @@ class IdentityResolver:
         cached = self._keys_cache.get(user_id)
         if cached is not None:
             return cached
-        async with self.database.session() as session:
+        async with self.database.single() as session:
             identities = await UserRepository(session).identities(user_id)
         keys = [f"{identity.channel_type}:{identity.external_id}" for identity in identities]
         self._keys_cache.put(user_id, keys)

@@ -95,7 +95,8 @@ class Inbox:
         return AcceptResult(accepted=event_id is not None, message_id=message.message_id)
 
     async def _store(self, events: list[InboundEvent]) -> list[int | None]:
-        async with self.database.session() as session:
+        # One multi-row INSERT: committed by itself before anyone is acknowledged.
+        async with self.database.single() as session:
             event_ids = await InboxRepository(session).accept_many(events)
         # Committed: counted, logged and handed to the dispatcher here rather than by each
         # caller, so a caller that went away (a closed request) cannot hide its message.

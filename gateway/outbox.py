@@ -186,7 +186,7 @@ class OutboxSender:
         )
 
     async def _mark_delivered(self, marks: list[Delivered]) -> list[None]:
-        async with self.database.session() as db:
+        async with self.database.single() as db:  # one UPDATE for the whole batch
             await OutboxRepository(db).mark_delivered_many(
                 {mark.outbound_id: mark.platform_message_id for mark in marks}, at=self.clock()
             )
@@ -241,7 +241,7 @@ class OutboxFeed:
         self, user_id: str, *, after: int, limit: int
     ) -> tuple[list[dict[str, Any]], int]:
         """Replies to a web user after the cursor (an outbound row id), oldest first."""
-        async with self.database.session() as db:
+        async with self.database.single() as db:
             rows = await OutboxRepository(db).feed(
                 ChannelType.WEB.value, user_id, after_id=after, limit=limit
             )
@@ -274,5 +274,5 @@ class SentReplies:
         """The texts of our replies with these ids (`message_id` or `platform_message_id`)."""
         if not message_ids:
             return []
-        async with self.database.session() as db:
+        async with self.database.single() as db:
             return await OutboxRepository(db).texts_of(self.channel_type.value, message_ids)

@@ -114,6 +114,16 @@ class Database:
         self.sessionmaker = async_sessionmaker(
             self.engine, expire_on_commit=False, info=self._session_info
         )
+        # On PostgreSQL, sessions whose every statement commits by itself (`single`).
+        self._single = (
+            self.sessionmaker
+            if self.is_sqlite
+            else async_sessionmaker(
+                self.engine.execution_options(isolation_level="AUTOCOMMIT"),
+                expire_on_commit=False,
+                info=self._session_info,
+            )
+        )
 
     def use_embedder(self, embedder: TextEmbedder | None) -> None:
         """Embed every recall entry written from now on with `embedder` (None: stop), in the
@@ -143,6 +153,21 @@ class Database:
         """
         try:
             async with self.sessionmaker() as session, session.begin():
+                yield session
+        except SQLAlchemyError as exc:
+            raise StorageError(f"database error: {_first_line(exc)}") from exc
+
+    @asynccontextmanager
+    async def single(self) -> AsyncIterator[AsyncSession]:
+        """A session for work that is one statement (a lookup, a multi-row insert or update).
+
+        On PostgreSQL the statement commits by itself (autocommit): no `BEGIN` and `COMMIT`
+        round trips, which cost as much as the statement does. A statement is atomic on its
+        own, so this is only for one; a second one in the session would commit separately.
+        On SQLite it is `session`.
+        """
+        try:
+            async with self._single() as session, session.begin():
                 yield session
         except SQLAlchemyError as exc:
             raise StorageError(f"database error: {_first_line(exc)}") from exc

@@ -28,7 +28,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from channels.base import (
@@ -38,6 +38,7 @@ from channels.base import (
     DeliveryReceipt,
     InboxPort,
     OutboundMessage,
+    RefusalResponse,
 )
 from channels.download import DOWNLOAD_TIMEOUT
 from channels.live import ReplyTarget
@@ -254,4 +255,4 @@ class SlackChannel:
     def _reject(self, status: int, reason: str) -> Response:
         log.warning("slack.request_rejected", status=status, reason=reason)
         self.on_rejected(status, reason)
-        return JSONResponse({"error": reason}, status_code=status)
+        return RefusalResponse(status, reason)

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import structlog
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from channels.base import (
@@ -39,6 +39,7 @@ from channels.base import (
     DeliveryReceipt,
     InboxPort,
     OutboundMessage,
+    RefusalResponse,
     parse_json,
     read_body,
 )
@@ -297,7 +298,7 @@ class TeamsChannel:
 
     def _refuse(self, refusal: RejectedRequestError, event: str = "teams.rejected") -> Response:
         self._log_refusal(refusal.status, refusal.reason, event)
-        return JSONResponse({"error": refusal.reason}, status_code=refusal.status)
+        return RefusalResponse(refusal.status, refusal.reason)
 
     def _log_refusal(self, status: int, reason: str, event: str) -> None:
         log.warning(event, status=status, reason=reason)

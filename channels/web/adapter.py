@@ -34,6 +34,7 @@ from channels.base import (
     DeliveryReceipt,
     InboxPort,
     OutboundMessage,
+    RefusalResponse,
     parse_json,
     read_body,
 )
@@ -316,7 +317,7 @@ class WebChannel:
             path=getattr(route, "path", "?"),
         )
         self.on_rejected(status, reason)
-        return JSONResponse({"error": reason}, status_code=status)
+        return RefusalResponse(status, reason)
 
 
 async def _json_object(request: Request) -> dict[str, Any]:

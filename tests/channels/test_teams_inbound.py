@@ -4,6 +4,8 @@ botbuilder SDK: what is accepted and answered, and what is refused with which st
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from structlog.testing import capture_logs
 
@@ -281,3 +283,15 @@ async def test_an_inbox_failure_answers_503_so_teams_resends(teams: ServedChanne
     response = await teams.post(personal_message(teams.fake))
     assert response.status_code == 503
     assert teams.rejections[0][0] == 503
+
+
+async def test_a_refusal_quoting_a_lone_surrogate_is_still_json(teams: ServedChannel) -> None:
+    # JSON may escape half of a UTF-16 pair; Python decodes it, UTF-8 cannot encode it back.
+    activity = personal_message(teams.fake)
+    activity["channelData"] = {"tenant": {"id": "tenant-\ud800"}}
+    raw = json.dumps(activity, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    headers = {"Content-Type": "application/json", **teams.fake.bearer()}
+    response = await teams.client.post("/api/messages", content=raw, headers=headers)
+    assert response.status_code == 401
+    assert response.json() == {"error": "tenant tenant-\ud800 not allowed"}
+    assert teams.inbox.calls == 0
