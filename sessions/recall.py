@@ -49,7 +49,7 @@ import numpy as np
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from sessions.recall_query import query_terms
+from sessions.recall_query import query_terms, without_names
 from sessions.recall_ranking import (
     boost_by_summaries,
     boost_named_speakers,
@@ -128,6 +128,7 @@ class RecallSearch:
         search = _Search(
             self,
             user_id,
+            query,
             terms,
             vector,
             kinds,
@@ -176,6 +177,7 @@ class _Search:
 
     recall: RecallSearch
     user_id: str
+    query: str
     terms: Sequence[str]
     vector: Vectors | None
     kinds: Collection[HitKind]
@@ -241,8 +243,11 @@ class _Search:
             self.bounds.turns,
         )
         turns = await query.run(index, self.user_id, self.terms)
-        if self.vector is not None:
-            turns = await self._fuse(session, turns, (TURN,), second_hop=options.second_hop)
+        vector = self._turns_vector(turns)
+        if vector is not None:
+            turns = await self._fuse(
+                session, turns, vector, (TURN,), second_hop=options.second_hop
+            )
         if options.word_hop > 0 and turns:
             turns = await self._word_hop(index, query, turns)
         return turns, await self._around(index, turns)
@@ -274,14 +279,30 @@ class _Search:
             self.bounds.summaries,
         )
         summaries = await query.run(RecallIndexRepository(session), self.user_id, self.terms)
-        if self.vector is not None:
-            summaries = await self._fuse(session, summaries, (SUMMARY, COMPACTION), second_hop=0)
+        if self.vector is not None and self.recall.options.dense_summaries:
+            summaries = await self._fuse(
+                session, summaries, self.vector, (SUMMARY, COMPACTION), second_hop=0
+            )
         return summaries
+
+    def _turns_vector(self, turns: Sequence[IndexedText]) -> Vectors | None:
+        """The query's vector for the turns: without the names of the candidate turns'
+        speakers (`without_names`; summaries name the speakers, so theirs keeps them)."""
+        vectors = self.recall.vectors
+        if self.vector is None or vectors is None or not self.recall.options.dense_without_names:
+            return self.vector
+        names = {turn.speaker for turn in turns if turn.speaker}
+        asked = without_names(self.query, names)
+        if asked == self.query:
+            return self.vector
+        vector = vectors.embed_query(asked)
+        return vector if np.any(vector) else None
 
     async def _fuse(
         self,
         session: AsyncSession,
         found: list[IndexedText],
+        vector: Vectors,
         kinds: tuple[str, ...],
         *,
         second_hop: int,
@@ -290,14 +311,13 @@ class _Search:
         questions, with the vectors nearest to the question and its first hits together)."""
         options = self.recall.options
         vectors = self.recall.vectors
-        assert vectors is not None  # the caller checked both
-        assert self.vector is not None
-        nearest = await self._nearest(session, self.vector, kinds)
+        assert vectors is not None  # the caller checked
+        nearest = await self._nearest(session, vector, kinds)
         rankings = [(found, 1.0), (nearest, options.dense_weight)]
         fused = self._fused(rankings)
         if second_hop > 0 and fused:
             seeds = vectors.embedder.embed([entry.body for entry in fused[:second_hop]])
-            hop = self.vector + seeds.mean(axis=0)
+            hop = vector + seeds.mean(axis=0)
             norm = float(np.linalg.norm(hop))
             if norm > 0:
                 further = await self._nearest(session, hop / norm, kinds)
