@@ -245,9 +245,7 @@ class _Search:
         turns = await query.run(index, self.user_id, self.terms)
         vector = self._turns_vector(turns)
         if vector is not None:
-            turns = await self._fuse(
-                session, turns, vector, (TURN,), second_hop=options.second_hop
-            )
+            turns = await self._fuse(session, turns, vector, (TURN,), second_hop=options.second_hop)
         if options.word_hop > 0 and turns:
             turns = await self._word_hop(index, query, turns)
         return turns, await self._around(index, turns)

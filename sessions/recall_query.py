@@ -24,7 +24,7 @@ _STOPWORD_LIST = """
 STOPWORDS = frozenset(_STOPWORD_LIST.split())
 MAX_QUERY_TERMS = 32
 _WORD = re.compile(r"[^\W_]+")
-_NAME_WORD = re.compile(r"([^\W_]+)(?:['’]s\b)?")
+_NAME_WORD = re.compile(r"([^\W_]+)(?:['\u2019]s\b)?")
 
 
 def words(text: str) -> list[str]:
