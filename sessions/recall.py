@@ -153,11 +153,15 @@ class RecallSearch:
             )
         scores = boost_named_speakers(scores, entries, terms, options.speaker_boost)
         scores = boost_by_summaries(scores, entries, summaries, options.summary_weight)
-        found = [
-            _hit(entries[entry_id], score)
-            for entry_id, score in scores.items()
-            if "turn" in kinds and not exclusions.excludes(entries[entry_id])
-        ]
+        found: list[RecallHit] = []
+        if "turn" in kinds:
+            # Best first, and hits made of the best `limit` only (hundreds are scored).
+            ordered = sorted(scores, key=lambda i: (-scores[i], entries[i].occurred_at))
+            for entry_id in ordered:
+                if len(found) == limit:
+                    break
+                if not exclusions.excludes(entries[entry_id]):
+                    found.append(_hit(entries[entry_id], scores[entry_id]))
         if "summary" in kinds:
             found += [_hit(s, s.score) for s in summaries if not exclusions.excludes(s)]
         found.sort(key=lambda hit: (-hit.score, hit.kind != "turn", hit.date))
@@ -340,7 +344,11 @@ class _Search:
             self.user_id,
             vector,
             kinds=kinds,
-            limit=max(self.recall.options.dense_candidates, self.limit),
+            # As many summaries as the full-text search reads: about one a session.
+            limit=max(
+                self.recall.options.dense_candidates if TURN in kinds else SUMMARY_CANDIDATES,
+                self.limit,
+            ),
             window=bound.vector_window,
         )
         floor = self.recall.options.dense_min_similarity
