@@ -23,6 +23,7 @@ it is the least recently searched (it is never searched again).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Row, Table, delete, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
+from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from storage.column_types import UTCDateTime
 from storage.database import EMBEDDER_KEY
@@ -255,7 +257,11 @@ class _Rows:
         self, vector: Vectors, codes: npt.NDArray[np.int8], limit: int
     ) -> list[tuple[int, float]]:
         """The `limit` rows of these kind codes most similar to `vector`, best first."""
-        scores = self.matrix @ vector
+        # One BLAS thread: OpenBLAS would split this product over the cores and then keep
+        # its threads spinning for a while, which doubled the search's CPU on two cores and
+        # slowed what shared them (the database, the other turns).
+        with _blas().limit(limits=1, user_api="blas"):
+            scores = self.matrix @ vector
         scores[~np.isin(self.kinds, codes)] = -np.inf
         take = min(limit, len(scores))
         best = np.argpartition(-scores, take - 1)[:take]
@@ -277,6 +283,12 @@ _READ_ENTRIES = {
         "WHERE e.id IN (SELECT value FROM json_each(:ids))"
     ).columns(occurred_at=UTCDateTime()),
 }
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The process's BLAS thread pools (found once)."""
+    return ThreadpoolController()
 
 
 class VectorIndex:
