@@ -15,12 +15,13 @@ the previous one; a user's first search reads only its window (the newest `vecto
 rows: 20,000 for the automatic search, about 0.6 s, where the whole history of 100,000 took
 2-5 s), and a larger window later reads the older rows it lacks. It scores the user's most
 recent entries (the search bound's `vector_window`) with one matrix product (one BLAS
-thread; in a worker thread past `_ON_THE_LOOP` rows): about 1.5 ms for 20,000 entries,
-20 ms for 100,000 on this machine's memory bandwidth. PostgreSQL's pgvector would do the same
-in the server, but the server here does not have it (`CREATE EXTENSION vector` fails), and a
-portable table serves both backends alike. Entries deleted since they were read are dropped
-from the matrix when a search finds them gone; a deleted user's matrix stays in memory until
-it is the least recently searched (it is never searched again).
+thread, set for the process; in a worker thread past `_ON_THE_LOOP` rows): about 1 ms for
+20,000 entries, 5-20 ms for 100,000 on this machine's memory bandwidth. PostgreSQL's
+pgvector would do the same in the server, but the server here does not have it (`CREATE
+EXTENSION vector` fails), and a portable table serves both backends alike. Entries deleted
+since they were read are dropped from the matrix when a search finds them gone; a deleted
+user's matrix stays in memory until it is the least recently searched (it is never searched
+again).
 """
 
 from __future__ import annotations
@@ -260,11 +261,7 @@ class _Rows:
         self, vector: Vectors, codes: npt.NDArray[np.int8], limit: int
     ) -> list[tuple[int, float]]:
         """The `limit` rows of these kind codes most similar to `vector`, best first."""
-        # One BLAS thread: OpenBLAS would split this product over the cores and then keep
-        # its threads spinning for a while, which doubled the search's CPU on two cores and
-        # slowed what shared them (the database, the other turns).
-        with _blas().limit(limits=1, user_api="blas"):
-            scores = self.matrix @ vector
+        scores = self.matrix @ vector
         scores[~np.isin(self.kinds, codes)] = -np.inf
         take = min(limit, len(scores))
         best = np.argpartition(-scores, take - 1)[:take]
@@ -289,9 +286,13 @@ _READ_ENTRIES = {
 
 
 @functools.cache
-def _blas() -> ThreadpoolController:
-    """The process's BLAS thread pools (found once)."""
-    return ThreadpoolController()
+def _one_blas_thread() -> None:
+    """Limit the process's BLAS to one thread, once. OpenBLAS would split the vector
+    product over the cores and then keep its threads spinning for a while, which doubled the
+    search's CPU on two cores and slowed what shared them (the database, the other turns);
+    a server already runs its work side by side. Set once for the process rather than around
+    each product: changing the limit while another thread multiplies is not safe."""
+    ThreadpoolController().limit(limits=1, user_api="blas")
 
 
 class VectorIndex:
@@ -302,6 +303,7 @@ class VectorIndex:
     def __init__(self, embedder: TextEmbedder, *, max_rows: int = 500_000) -> None:
         self.embedder = embedder
         self.max_rows = max_rows
+        _one_blas_thread()
         # (user, kind group) → matrix: turns apart from summaries, so that a search of the
         # few summaries does not read the many turns.
         self._users: OrderedDict[tuple[str, str], _UserMatrix] = OrderedDict()
