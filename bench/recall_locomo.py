@@ -101,6 +101,8 @@ CONFIGS: dict[str, tuple[RecallOptions, bool]] = {
     "default-rrf": (RecallOptions(fusion="rrf"), True),
     "default-second-hop": (RecallOptions(second_hop=3), True),
     "default-word-hop": (RecallOptions(word_hop=1, word_hop_weight=0.5), True),
+    # The turns' vector search asked without the speakers' names (off by default).
+    "default-without-names": (RecallOptions(dense_without_names=True), True),
     "default-thorough": (RecallOptions(automatic=THOROUGH), True),
     "default-window-100": (
         RecallOptions(

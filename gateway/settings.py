@@ -280,9 +280,8 @@ class RecallConfig(StrictModel):
     tool: bool = True
     resume_by_reference: bool = False
     # Dense recall: passages found by meaning as well as by words (an embedding model that
-    # ships with the gateway's packages); without the model installed, it stays off. Off by
-    # default until it meets its recall and latency goals.
-    dense: bool = False
+    # ships with the gateway's packages); without the model installed, it stays off.
+    dense: bool = True
 
 
 class FilesConfig(StrictModel):

@@ -9,6 +9,7 @@ repeats are dropped; at most `MAX_QUERY_TERMS` are kept. Stemming is the backend
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 # The Snowball English stopword list (the one PostgreSQL's english configuration uses), so
 # both backends drop the same words.
@@ -23,6 +24,7 @@ _STOPWORD_LIST = """
 STOPWORDS = frozenset(_STOPWORD_LIST.split())
 MAX_QUERY_TERMS = 32
 _WORD = re.compile(r"[^\W_]+")
+_NAME_WORD = re.compile(r"([^\W_]+)(?:['\u2019]s\b)?")
 
 
 def words(text: str) -> list[str]:
@@ -37,3 +39,14 @@ def query_terms(query: str) -> list[str]:
         if word not in STOPWORDS and word not in terms:
             terms.append(word)
     return terms[:MAX_QUERY_TERMS]
+
+
+def without_names(query: str, names: Iterable[str]) -> str:
+    """The query less the words of `names` (and their possessive 's): what it asks about,
+    not whom. Dense recall embeds this: a speaker's name weighs heavily in a sentence vector
+    yet is seldom in the turns that answer a question about that speaker (who said a turn is
+    the speaker boost's business, `sessions.recall_ranking.boost_named_speakers`)."""
+    named = {word for name in names for word in words(name)}
+    if not named:
+        return query
+    return _NAME_WORD.sub(lambda match: "" if match[1].lower() in named else match[0], query)

@@ -114,6 +114,8 @@ class RecallOptions:
     dense_candidates: int = 100
     dense_weight: float = 0.6
     dense_min_similarity: float = 0.65
+    dense_without_names: bool = False
+    dense_summaries: bool = True
     rrf_k: int = 60
     fusion: Literal["rrf", "scores"] = "scores"
     second_hop: int = 0

@@ -11,18 +11,23 @@ embedded and dense recall finds nothing.
 Search (`VectorIndex`): both backends keep the vectors in the database and search them in
 process, as one float32 matrix per user held in memory and read on incrementally (the rows
 with a larger entry id than the last one read), so a search reads only what was written since
-the previous one and scores the user's most recent entries (the search bound's
-`vector_window`) with one matrix product in a worker thread: about 1.5 ms for 20,000 entries,
-20 ms for 100,000 on this machine's memory bandwidth. PostgreSQL's pgvector would do the same
-in the server, but the server here does not have it (`CREATE EXTENSION vector` fails), and a
-portable table serves both backends alike. Entries deleted since they were read are dropped
-from the matrix when a search finds them gone; a deleted user's matrix stays in memory until
-it is the least recently searched (it is never searched again).
+the previous one; a user's first search reads only its window (the newest `vector_window`
+rows: 20,000 for the automatic search, about 0.6 s, where the whole history of 100,000 took
+2-5 s), and a larger window later reads the older rows it lacks. It scores the user's most
+recent entries (the search bound's `vector_window`) with one matrix product (one BLAS
+thread, set for the process; in a worker thread past `_ON_THE_LOOP` rows): about 1 ms for
+20,000 entries, 5-20 ms for 100,000 on this machine's memory bandwidth. PostgreSQL's
+pgvector would do the same in the server, but the server here does not have it (`CREATE
+EXTENSION vector` fails), and a portable table serves both backends alike. Entries deleted
+since they were read are dropped from the matrix when a search finds them gone; a deleted
+user's matrix stays in memory until it is the least recently searched (it is never searched
+again).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -31,8 +36,9 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Table, delete, insert, select, text
+from sqlalchemy import Row, Table, delete, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
+from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from storage.column_types import UTCDateTime
 from storage.database import EMBEDDER_KEY
@@ -186,29 +192,51 @@ async def rebuild_vectors(
 
 @dataclass(slots=True)
 class _UserMatrix:
-    """One user's vectors as read so far: rows [0, size) of the buffers are live."""
+    """One user's most recent vectors as read so far: rows [0, size) of the buffers are live,
+    in entry order. Rows older than the first one held are read only when a search's window
+    reaches past them (`complete`: there are none)."""
 
     last_entry_id: int = 0
+    first_entry_id: int = 0
+    complete: bool = False
     size: int = 0
     ids: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     kinds: npt.NDArray[np.int8] = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
     matrix: Vectors = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
 
     def append(self, ids: Sequence[int], kinds: Sequence[int], vectors: Vectors) -> None:
-        """Add rows, growing the buffers by doubling (a search adds a few rows at a time)."""
+        """Add newer rows, growing the buffers by doubling (a search adds a few at a time)."""
         needed = self.size + len(ids)
         if needed > len(self.ids):
-            capacity = max(needed, 2 * len(self.ids), 64)
-            grown = np.zeros((capacity, vectors.shape[1]), dtype=np.float32)
-            grown[: self.size] = self.matrix[: self.size]
-            self.matrix = grown
-            self.ids = np.resize(self.ids, capacity)
-            self.kinds = np.resize(self.kinds, capacity)
+            self._grow(max(needed, 2 * len(self.ids), 64), vectors.shape[1], at=0)
         self.ids[self.size : needed] = ids
         self.kinds[self.size : needed] = kinds
         self.matrix[self.size : needed] = vectors
+        if self.size == 0:
+            self.first_entry_id = int(ids[0])
         self.size = needed
         self.last_entry_id = max(self.last_entry_id, int(ids[-1]))
+
+    def prepend(self, ids: Sequence[int], kinds: Sequence[int], vectors: Vectors) -> None:
+        """Add older rows (in entry order) in front of those held."""
+        count = len(ids)
+        grown = self.size + count
+        self._grow(grown, vectors.shape[1], at=count)
+        self.ids[:count] = ids
+        self.kinds[:count] = kinds
+        self.matrix[:count] = vectors
+        self.size = grown
+        self.first_entry_id = int(ids[0])
+
+    def _grow(self, capacity: int, dimensions: int, *, at: int) -> None:
+        """New buffers of `capacity` rows holding the live rows from row `at` on."""
+        matrix = np.zeros((capacity, dimensions), dtype=np.float32)
+        ids = np.zeros(capacity, dtype=np.int64)
+        kinds = np.zeros(capacity, dtype=np.int8)
+        matrix[at : at + self.size] = self.matrix[: self.size]
+        ids[at : at + self.size] = self.ids[: self.size]
+        kinds[at : at + self.size] = self.kinds[: self.size]
+        self.matrix, self.ids, self.kinds = matrix, ids, kinds
 
 
 _KIND_CODES = {"turn": 1, "summary": 2, "compaction": 3}
@@ -257,6 +285,16 @@ _READ_ENTRIES = {
 }
 
 
+@functools.cache
+def _one_blas_thread() -> None:
+    """Limit the process's BLAS to one thread, once. OpenBLAS would split the vector
+    product over the cores and then keep its threads spinning for a while, which doubled the
+    search's CPU on two cores and slowed what shared them (the database, the other turns);
+    a server already runs its work side by side. Set once for the process rather than around
+    each product: changing the limit while another thread multiplies is not safe."""
+    ThreadpoolController().limit(limits=1, user_api="blas")
+
+
 class VectorIndex:
     """The users' vectors in memory, bounded by `max_rows` in all (1 KB each: 500 MB by
     default; least recently searched users are forgotten first, and read again when next
@@ -265,6 +303,7 @@ class VectorIndex:
     def __init__(self, embedder: TextEmbedder, *, max_rows: int = 500_000) -> None:
         self.embedder = embedder
         self.max_rows = max_rows
+        _one_blas_thread()
         # (user, kind group) → matrix: turns apart from summaries, so that a search of the
         # few summaries does not read the many turns.
         self._users: OrderedDict[tuple[str, str], _UserMatrix] = OrderedDict()
@@ -290,7 +329,7 @@ class VectorIndex:
         (a search's cost is then bounded, whatever the history)."""
         scored: list[tuple[int, float]] = []
         for group in sorted({_GROUP[kind] for kind in kinds}):
-            user = await self._read_on(db, user_id, group)
+            user = await self._read_on(db, user_id, group, window)
             if user.size == 0 or limit < 1 or not np.any(vector):
                 continue
             first = 0 if window is None else max(user.size - window, 0)
@@ -330,12 +369,21 @@ class VectorIndex:
                     live[np.isin(matrix.ids[: matrix.size], gone)] = _GONE
         return [indexed_text(by_id[i], score) for i, score in found if i in by_id]
 
+    def held_rows(self, user_id: str) -> int:
+        """How many of the user's vectors are in memory (all kind groups)."""
+        return sum(matrix.size for (user, _), matrix in self._users.items() if user == user_id)
+
     def forget(self, user_id: str | None = None) -> None:
         """Drop a user's matrices (or everyone's): the next search reads them again."""
         for key in [key for key in self._users if user_id is None or key[0] == user_id]:
             del self._users[key]
 
-    async def _read_on(self, db: AsyncSession, user_id: str, group: str) -> _UserMatrix:
+    async def _read_on(
+        self, db: AsyncSession, user_id: str, group: str, window: int | None
+    ) -> _UserMatrix:
+        """The user's matrix of this kind group, read on: the rows written since the last
+        search, and older ones while it holds fewer than `window` (all of them for None). A
+        first search therefore reads its window, not the whole history."""
         key = (user_id, group)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -345,26 +393,51 @@ class VectorIndex:
                     matrix=np.zeros((0, self.embedder.dimensions), dtype=np.float32)
                 )
             self._users.move_to_end(key)
-            rows = (
-                await db.execute(
-                    select(RecallVector.entry_id, RecallVector.kind, RecallVector.vector)
-                    .where(
-                        RecallVector.user_id == user_id,
-                        RecallVector.entry_id > user.last_entry_id,
-                        RecallVector.kind.in_(_KINDS_OF[group]),
-                        RecallVector.model == self.embedder.model_id,
-                    )
-                    .order_by(RecallVector.entry_id)
-                )
-            ).all()
+            mine = (
+                RecallVector.user_id == user_id,
+                RecallVector.kind.in_(_KINDS_OF[group]),
+                RecallVector.model == self.embedder.model_id,
+            )
+            columns = (RecallVector.entry_id, RecallVector.kind, RecallVector.vector)
+            if user.size == 0:
+                # Newest first, as many as the window: the rows before them are read when a
+                # larger window asks for them.
+                statement = select(*columns).where(*mine).order_by(RecallVector.entry_id.desc())
+                if window is not None:
+                    statement = statement.limit(window)
+                rows = list(reversed((await db.execute(statement)).all()))
+                user.complete = window is None or len(rows) < window
+                if rows:
+                    self._add(user, rows, older=False)
+                return user
+            newer = select(*columns).where(*mine, RecallVector.entry_id > user.last_entry_id)
+            rows = list((await db.execute(newer.order_by(RecallVector.entry_id))).all())
             if rows:
-                user.append(
-                    [row.entry_id for row in rows],
-                    [_KIND_CODES.get(row.kind, _GONE) for row in rows],
-                    decode_vectors([row.vector for row in rows], self.embedder.dimensions),
+                self._add(user, rows, older=False)
+            missing = None if window is None else window - user.size
+            if not user.complete and (missing is None or missing > 0):
+                older = (
+                    select(*columns)
+                    .where(*mine, RecallVector.entry_id < user.first_entry_id)
+                    .order_by(RecallVector.entry_id.desc())
                 )
-                self._evict()
+                if missing is not None:
+                    older = older.limit(missing)
+                rows = list(reversed((await db.execute(older)).all()))
+                user.complete = missing is None or len(rows) < missing
+                if rows:
+                    self._add(user, rows, older=True)
             return user
+
+    def _add(self, user: _UserMatrix, rows: Sequence[Row[int, str, bytes]], *, older: bool) -> None:
+        ids = [row.entry_id for row in rows]
+        kinds = [_KIND_CODES.get(row.kind, _GONE) for row in rows]
+        vectors = decode_vectors([row.vector for row in rows], self.embedder.dimensions)
+        if older:
+            user.prepend(ids, kinds, vectors)
+        else:
+            user.append(ids, kinds, vectors)
+        self._evict()
 
     def _evict(self) -> None:
         total = sum(user.size for user in self._users.values())

@@ -19,6 +19,7 @@ from sessions.engine_values import EngineSettings, RecallSettings
 from sessions.llm import OfflineLLM
 from sessions.recall import RecallSearch
 from sessions.recall_embedding import installed_embedder, model_files
+from sessions.recall_query import without_names
 from sessions.recall_ranking import fuse_ranks, fuse_scores
 from sessions.recall_values import RecallOptions
 from storage.database import Database
@@ -49,6 +50,15 @@ def test_score_fusion_keeps_the_full_text_scale_and_adds_what_vectors_found() ->
     assert fused[3] == pytest.approx(10.0 * 0.5)  # worst words, best vector
     assert fused[4] == pytest.approx(10.0 * 0.5 * (0.5 / 0.6))
     assert fused[2] == pytest.approx(10.0 * 0.5)
+
+
+def test_the_question_is_embedded_without_the_speakers_names() -> None:
+    asked = "What books has Melanie read? Did Melanie\u2019s kids like Caroline's?"
+    assert without_names(asked, ["Melanie", "Caroline Smith"]) == (
+        "What books has  read? Did  kids like ?"
+    )
+    assert without_names(asked, []) == asked
+    assert without_names("Melanies and Mel", ["Mel"]) == "Melanies and "
 
 
 @needs_model

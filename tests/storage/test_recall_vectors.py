@@ -187,3 +187,35 @@ async def test_the_index_finds_meaning_reads_on_and_keeps_users_apart(
     async with database.session() as db:
         assert await SessionRepository(db).delete(session.id)
     assert "A vehicle for sale." not in await nearest(database, index, "alice", "car")
+
+
+async def test_a_first_search_reads_its_window_and_a_larger_window_reads_further_back(
+    database: Database, embedder: ConceptEmbedder
+) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_session(
+        database,
+        "alice",
+        ("user", "The kitten sleeps all day."),
+        *[("user", f"Note {number}.") for number in range(6)],
+        ("user", "Pay the bill."),
+    )
+    index = VectorIndex(embedder)
+
+    async def nearest_within(query: str, window: int | None) -> list[str]:
+        async with database.session() as db:
+            vector = index.embed_query(query)
+            found = await index.nearest(db, "alice", vector, kinds=(TURN,), limit=1, window=window)
+            return [entry.body for entry in await index.entries(db, "alice", found)]
+
+    # The 3 most recent turns only: the kitten, 8 turns back, is neither read nor found.
+    assert await nearest_within("invoice", 3) == ["Pay the bill."]
+    assert index.held_rows("alice") == 3
+    assert await nearest_within("cat", 3) != ["The kitten sleeps all day."]
+    # A wider window reads the older rows it lacks, and then finds it.
+    assert await nearest_within("cat", 20) == ["The kitten sleeps all day."]
+    assert index.held_rows("alice") == 8
+    # Newer rows are read on as before, older ones not again.
+    await make_session(database, "alice", ("user", "The cat is back."))
+    assert await nearest_within("cat", None) == ["The cat is back."]
+    assert index.held_rows("alice") == 9
