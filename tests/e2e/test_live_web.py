@@ -24,7 +24,7 @@ from gateway.turn_values import QueuedEvent
 from storage.models import InboundEvent, OutboundMessage
 from tests.channels.web_channel_harness import Event, EventReader, open_stream
 from tests.e2e.harness import free_port, gateway_config, running_gateway
-from tests.e2e.test_processes import GatewayProcess
+from tests.e2e.test_processes import GATEWAY_PROCESSES, GatewayProcess
 
 QUESTION = "tell me about anvils and hammers and forges and the smiths who use them every day"
 
@@ -217,6 +217,7 @@ async def test_a_gateway_with_an_open_event_stream_stops_within_seconds(
     assert stopped_after < 3, stopped_after
 
 
+@GATEWAY_PROCESSES
 async def test_sigterm_stops_a_gateway_process_with_an_open_event_stream_within_seconds(
     tmp_path: Path,
 ) -> None:

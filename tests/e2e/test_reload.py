@@ -22,9 +22,11 @@ import yaml
 from sessions.recall_tool import SEARCH_TOOL_NAME
 from tests.channels.email_mail import ASSISTANT, mail, smtp_code
 from tests.e2e.harness import free_port
-from tests.e2e.test_processes import GatewayProcess
+from tests.e2e.test_processes import GATEWAY_PROCESSES, GatewayProcess
 from tests.fakes.anthropic_api import FakeAnthropicAPI
 from tests.fakes.smtp_sink import SmtpSink
+
+pytestmark = GATEWAY_PROCESSES
 
 CONFIG = """
 server: {{host: 127.0.0.1, port: {port}}}
