@@ -103,6 +103,14 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("migrated_postgres_url"))
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of its own on each backend, for tests of the migrations themselves."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+    return str(request.getfixturevalue("fresh_postgres_url"))
+
+
 async def _migrate(url: str) -> None:
     database = Database(url)
     try:
