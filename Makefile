@@ -38,8 +38,14 @@ format: install
 	$(BIN)/ruff format $(PACKAGES) tests bench
 	$(BIN)/ruff check --fix $(PACKAGES) tests bench
 
+# Three xdist workers on two cores: most of a test's time is spent waiting on loopback servers
+# and gateway processes, not computing. `--dist loadgroup` keeps the tests marked
+# `xdist_group("gateway_processes")` on one worker, one after another (see
+# tests/e2e/test_processes.py). PYTEST_ARGS="-n 0" runs everything in one process.
+PYTEST_WORKERS ?= 3
+
 pytest: install
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test: lint pytest
 

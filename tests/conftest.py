@@ -61,9 +61,51 @@ def fresh_postgres_url() -> Iterator[str]:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """The name of a PostgreSQL database with every migration applied once per run, which
+    nobody connects to afterwards, so that `CREATE DATABASE … TEMPLATE` can copy it (copying
+    takes ~0.1 s, migrating an empty database ~1 s)."""
+    name = f"gateway_template_{uuid.uuid4().hex[:12]}"
+    admin = _libpq_url(POSTGRES_ADMIN_URL)
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        executor.submit(asyncio.run, _migrate(url)).result()
+    yield name
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def migrated_postgres_url(postgres_template: str) -> Iterator[str]:
+    """A migrated, empty PostgreSQL database of its own for one test (a copy of the
+    template), dropped afterwards."""
+    name = f"gateway_e2e_{uuid.uuid4().hex[:12]}"
+    admin = _libpq_url(POSTGRES_ADMIN_URL)
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}" TEMPLATE "{postgres_template}"')
+    yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh database on each backend (PostgreSQL: a throwaway database per test)."""
+    """A database of its own on each backend, migrated and empty (a copy of one migrated once
+    per run: the gateway's migrating at start-up finds nothing to do; starting on an empty
+    database is tested with `fresh_postgres_url` and in tests/gateway/test_cli.py)."""
+    if request.param == "sqlite":
+        path = tmp_path / "gateway.db"
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), path)
+        return f"sqlite+aiosqlite:///{path}"
+    return str(request.getfixturevalue("migrated_postgres_url"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of its own on each backend, for tests of the migrations themselves."""
     if request.param == "sqlite":
         return f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
     return str(request.getfixturevalue("fresh_postgres_url"))

@@ -19,12 +19,12 @@ from sqlalchemy import select
 from channels.base import ChannelMessage, ChannelType, Conversation
 from gateway import turns
 from gateway.runtime import GatewayRuntime
-from gateway.server import http_server
+from gateway.server import SHUTDOWN_GRACE, http_server
 from gateway.turn_values import QueuedEvent
 from storage.models import InboundEvent, OutboundMessage
 from tests.channels.web_channel_harness import Event, EventReader, open_stream
 from tests.e2e.harness import free_port, gateway_config, running_gateway
-from tests.e2e.test_processes import GatewayProcess
+from tests.e2e.test_processes import GATEWAY_PROCESSES, GatewayProcess
 
 QUESTION = "tell me about anvils and hammers and forges and the smiths who use them every day"
 
@@ -217,6 +217,7 @@ async def test_a_gateway_with_an_open_event_stream_stops_within_seconds(
     assert stopped_after < 3, stopped_after
 
 
+@GATEWAY_PROCESSES
 async def test_sigterm_stops_a_gateway_process_with_an_open_event_stream_within_seconds(
     tmp_path: Path,
 ) -> None:
@@ -249,4 +250,6 @@ identity:
     finally:
         gateway.kill()
     assert code == 0, gateway.log_text()
-    assert stopped_after < 5, (stopped_after, gateway.log_text())
+    # A stream that held the shutdown would end only at the grace period's end (or after its
+    # own 25 s); well before that, with room for a busy machine (~1 s when idle).
+    assert stopped_after < SHUTDOWN_GRACE - 2, (stopped_after, gateway.log_text())

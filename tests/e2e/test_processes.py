@@ -21,6 +21,13 @@ from storage.models import InboundEvent, OutboundMessage, Session, SessionMessag
 from tests.e2e.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+START_SECONDS = 120  # a `gateway run` not serving /healthz by then has hung
+
+# The tests that start `gateway run` processes and time them run one at a time, on one xdist
+# worker (`--dist loadgroup`): several at once on two cores slow each other down past the
+# windows the tests rely on (a turn held on the model for seconds, a stop within seconds).
+GATEWAY_PROCESSES = pytest.mark.xdist_group("gateway_processes")
+pytestmark = GATEWAY_PROCESSES
 
 
 def write_config(
@@ -57,7 +64,9 @@ class GatewayProcess:
                 stderr=log,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
             )
-        deadline = time.monotonic() + 30
+        # Only a hang guard: starting takes ~6 s on an idle machine (mostly imports), several
+        # times that while other tests compete for the CPU.
+        deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.log_text()
             try:
@@ -65,6 +74,8 @@ class GatewayProcess:
                     return self
             except httpx.TransportError:
                 time.sleep(0.05)
+        # Not left running for a later test's garbage collection to complain about.
+        self.kill()
         raise AssertionError(f"gateway on {self.port} did not start:\n{self.log_text()}")
 
     def log_text(self) -> str:
@@ -84,7 +95,7 @@ def processes() -> Iterator[list[GatewayProcess]]:
         process.kill()
 
 
-async def wait_for(condition: object, timeout: float = 30.0) -> None:
+async def wait_for(condition: object, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if await condition():  # type: ignore[operator]
@@ -262,7 +273,7 @@ async def test_an_accepting_gateway_with_a_turn_worker_answers_each_message_once
         for index in range(10, 20):
             await post(index)
         os.kill(worker, signal.SIGKILL)
-        await wait_for(lambda: answered(20), timeout=60)
+        await wait_for(lambda: answered(20), timeout=120)
         await asyncio.sleep(0.5)
         (restarted,) = worker_pids(gateway.process.pid)
         assert restarted != worker

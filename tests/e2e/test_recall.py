@@ -126,6 +126,8 @@ async def test_a_message_that_continues_an_archived_session_goes_back_to_it_when
     )
     async with running_gateway(config) as gateway:
         await say(gateway, FACT, 1)
+        # The job skips a user whose turn still holds the lock after its reply was stored.
+        await gateway.wait_for_turns_to_end("alice")
         gateway.clock.advance(timedelta(days=2))
         assert await gateway.runtime.jobs.archive_idle_sessions() == 1
         await gateway.runtime.engine.summarise_archived_sessions()

@@ -22,9 +22,12 @@ import yaml
 from sessions.recall_tool import SEARCH_TOOL_NAME
 from tests.channels.email_mail import ASSISTANT, mail, smtp_code
 from tests.e2e.harness import free_port
-from tests.e2e.test_processes import GatewayProcess
+from tests.e2e.test_processes import GATEWAY_PROCESSES, GatewayProcess
 from tests.fakes.anthropic_api import FakeAnthropicAPI
 from tests.fakes.smtp_sink import SmtpSink
+
+pytestmark = GATEWAY_PROCESSES
+WAIT_SECONDS = 60  # hang guards only: a reply or a log record is due in well under a second
 
 CONFIG = """
 server: {{host: 127.0.0.1, port: {port}}}
@@ -47,7 +50,7 @@ def replies(url: str, user: str) -> list[str]:
 
 
 def wait_for(url: str, user: str, count: int) -> list[str]:
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + WAIT_SECONDS
     while len(found := replies(url, user)) < count:
         assert time.monotonic() < deadline, found
         time.sleep(0.1)
@@ -55,7 +58,7 @@ def wait_for(url: str, user: str, count: int) -> list[str]:
 
 
 def wait_for_log(gateway: GatewayProcess, event: str, after: int) -> None:
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + WAIT_SECONDS
     while event not in gateway.log_text()[after:]:
         assert time.monotonic() < deadline, gateway.log_text()[after:]
         time.sleep(0.05)
@@ -165,7 +168,7 @@ async def reloading_gateway(
 
 async def logged(gateway: GatewayProcess, event: str, after: int) -> list[dict[str, Any]]:
     """The JSON log records of `event` written after offset `after`, once there is one."""
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + WAIT_SECONDS
     while True:
         records = []
         for line in gateway.log_text()[after:].splitlines():
@@ -202,7 +205,7 @@ async def say(client: httpx.AsyncClient, token: str, text: str, message_id: str)
         "/web/v1/messages", json={"text": text, "message_id": message_id}, headers=bearer(token)
     )
     assert posted.status_code == 202, posted.text
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + WAIT_SECONDS
     while True:
         feed = await client.get("/web/v1/messages", headers=bearer(token))
         for reply in feed.json()["messages"]:
@@ -279,7 +282,7 @@ async def test_each_reloadable_group_applies_to_the_next_request_and_restart_onl
         assert (await reload(gateway))["applied"] == ["channels.email"]
         accepted = mail("Can you hear me now?", sender=f"Carol <{CAROL}>", message_id="<c2@x.y>")
         assert await smtp_code(gateway.email_port, accepted, mail_from=CAROL) == 250
-        (answer,) = await gateway.sink.wait_for(1, timeout=15)
+        (answer,) = await gateway.sink.wait_for(1, timeout=WAIT_SECONDS)
         assert answer.rcpt_tos == [CAROL]
 
         # Compaction after two messages: the next turn summarises the older ones first.

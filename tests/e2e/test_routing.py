@@ -104,6 +104,7 @@ async def test_an_idle_session_is_archived_and_resume_brings_it_back(
         await gateway.post("alice", "before the break")
         (first_reply,) = await gateway.wait_for_replies("alice", 1)
         old_session = first_reply["session_id"]
+        await gateway.wait_for_turns_to_end("alice")
 
         gateway.clock.advance(timedelta(hours=2))
         assert await gateway.runtime.jobs.archive_idle_sessions() == 1

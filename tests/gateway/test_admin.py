@@ -338,6 +338,7 @@ async def test_retention_deletes_through_the_lifecycle_naming_itself(
     async with running_gateway(config) as gateway:
         await gateway.post("alice", ALICE_WORDS)
         await gateway.wait_for_replies("alice", 1, settle=0)
+        await gateway.wait_for_turns_to_end("alice")
         gateway.clock.advance(timedelta(days=2))
         assert await gateway.runtime.jobs.archive_idle_sessions() == 1
         gateway.clock.advance(timedelta(days=31))

@@ -25,7 +25,7 @@ from sqlalchemy import func, make_url, select
 from storage.models import InboundEvent, OutboundMessage, SessionCompaction, SessionMessage
 from tests.conftest import POSTGRES_ADMIN_URL, _libpq_url
 from tests.e2e.harness import free_port, gateway_config, running_gateway
-from tests.e2e.test_processes import GatewayProcess
+from tests.e2e.test_processes import GATEWAY_PROCESSES, GatewayProcess
 from tests.fakes.anthropic_api import FakeAnthropicAPI, Scripted
 from tests.fakes.slack_api import (
     SIGNING_SECRET,
@@ -140,6 +140,7 @@ async def wait_until(condition: Any, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.1)
 
 
+@GATEWAY_PROCESSES
 async def test_sigkill_mid_load_then_restart_answers_every_accepted_event_exactly_once(
     tmp_path: Path, fresh_postgres_url: str, slack_api: FakeSlackAPI
 ) -> None:
@@ -347,6 +348,7 @@ async def test_a_slack_rate_limit_and_error_storm_still_posts_each_reply_once(
     assert statuses == ["delivered"] * len(events)
 
 
+@GATEWAY_PROCESSES
 async def test_the_same_event_ten_times_at_once_on_two_processes_gets_one_reply(
     tmp_path: Path, fresh_postgres_url: str, slack_api: FakeSlackAPI
 ) -> None:

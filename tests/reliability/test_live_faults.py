@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from storage.models import InboundEvent, OutboundMessage
 from tests.e2e.harness import free_port, running_gateway
-from tests.e2e.test_processes import GatewayProcess
+from tests.e2e.test_processes import GATEWAY_PROCESSES, GatewayProcess
 from tests.fakes.slack_api import (
     FakeSlackAPI,
     SlackFailure,
@@ -49,6 +49,7 @@ def streams_finished(api: FakeSlackAPI, count: int) -> bool:
 
 
 @pytest.mark.postgres
+@GATEWAY_PROCESSES
 async def test_sigkill_mid_stream_then_restart_finishes_the_one_streamed_reply(
     tmp_path: Path, fresh_postgres_url: str, slack_api: FakeSlackAPI
 ) -> None:

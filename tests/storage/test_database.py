@@ -400,10 +400,10 @@ def test_passwords_are_hidden_in_displayed_urls(tmp_path: Path) -> None:
 
 
 async def test_a_pending_replys_file_moves_out_of_its_reply_context_on_upgrade(
-    database_url: str,
+    empty_database_url: str,
 ) -> None:
     """Revision 0004: a file written into the reply context before it is still sent."""
-    database = Database(database_url)
+    database = Database(empty_database_url)
     try:
         await database.upgrade("0003")
         await make_user(database)
