@@ -192,7 +192,7 @@ class TeamsChannel:
         live = live_handle(message)
         if live is not None:
             return await self._streams.finish(reference, thread, message.content, live)
-        return await self._post(reference, message.content, thread)
+        return await self._streams.plain(reference, thread, message.content)
 
     def live_reply(
         self, target: ReplyTarget, *, resume: Mapping[str, Any] | None = None

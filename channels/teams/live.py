@@ -107,7 +107,7 @@ class TeamsStreams:
         handle = StreamHandle.from_json(live)
         if handle is None or handle.conversation_id != chat:
             log.warning("teams.live_handle_ignored", handle=dict(live), conversation=chat)
-            return await self._plain(reference, thread, text)
+            return await self.plain(reference, thread, text)
         replaced = self.replaced.get(handle.stream_id)
         if replaced is not None:
             return replaced
@@ -166,12 +166,13 @@ class TeamsStreams:
         self, handle: StreamHandle, reference: Mapping[str, Any], thread: str, text: str
     ) -> DeliveryReceipt:
         """A plain message instead of the stream's final, sent once per stream."""
-        receipt = await self._plain(reference, thread, text)
+        receipt = await self.plain(reference, thread, text)
         self.replaced.put(handle.stream_id, receipt)
         return receipt
 
-    async def _plain(self, reference: Mapping[str, Any], thread: str, text: str) -> DeliveryReceipt:
-        """The answer as a plain message (paced: it may follow a refused final at once)."""
+    async def plain(self, reference: Mapping[str, Any], thread: str, text: str) -> DeliveryReceipt:
+        """The answer as a plain message, paced like every request to the chat: it may follow
+        a typing indicator or a refused final at once."""
         conversation = reference.get("conversation")
         chat_id = conversation.get("id") if isinstance(conversation, Mapping) else None
         async with self.pace.request(split_conversation_id(str(chat_id or ""))[0]):

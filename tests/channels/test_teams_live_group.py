@@ -63,6 +63,8 @@ async def test_a_channel_thread_shows_typing_and_gets_its_answer_as_one_message(
     [answer] = fake.posted
     assert answer.stream_info is None
     assert answer.body["text"] == "All green."
+    # Sent right after the typing indicator, the answer still keeps to the chat's pace.
+    assert fake.too_fast() == []
 
 
 async def test_the_typing_indicator_is_repeated_while_the_turn_runs(
