@@ -5,6 +5,7 @@ nearest entries, reads on as entries are written, and never crosses users."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import ClassVar
@@ -51,7 +52,8 @@ class ConceptEmbedder:
                 if concept is not None:
                     vectors[row, concept] += 1.0
                 else:
-                    vectors[row, 4 + hash(word) % 4] += 0.1
+                    # crc32, not hash(): the same vector in every process (hash seeds vary)
+                    vectors[row, 4 + zlib.crc32(word.encode()) % 4] += 0.1
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         unit: Vectors = vectors / np.maximum(norms, 1e-9)
         return unit
