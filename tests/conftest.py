@@ -4,6 +4,7 @@ S3-compatible server (moto in server mode) over HTTP on loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import uuid
@@ -49,16 +50,25 @@ def postgres_url() -> Iterator[str]:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def fresh_postgres_url() -> Iterator[str]:
-    """An empty PostgreSQL database of its own for one test, dropped afterwards."""
+@contextlib.contextmanager
+def scratch_postgres(template: str | None = None) -> Iterator[str]:
+    """The URL of a PostgreSQL database of its own (empty, or a copy of `template`), dropped
+    afterwards."""
     name = f"gateway_e2e_{uuid.uuid4().hex[:12]}"
     admin = _libpq_url(POSTGRES_ADMIN_URL)
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
+        connection.execute(f'CREATE DATABASE "{name}"{copy}')
     yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     with psycopg.connect(admin, autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fresh_postgres_url() -> Iterator[str]:
+    """An empty PostgreSQL database of its own for one test, dropped afterwards."""
+    with scratch_postgres() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -82,13 +92,8 @@ def postgres_template() -> Iterator[str]:
 def migrated_postgres_url(postgres_template: str) -> Iterator[str]:
     """A migrated, empty PostgreSQL database of its own for one test (a copy of the
     template), dropped afterwards."""
-    name = f"gateway_e2e_{uuid.uuid4().hex[:12]}"
-    admin = _libpq_url(POSTGRES_ADMIN_URL)
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}" TEMPLATE "{postgres_template}"')
-    yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_postgres(postgres_template) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
