@@ -36,7 +36,7 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Row, Table, delete, insert, select, text
+from sqlalchemy import ColumnElement, Row, Table, delete, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
@@ -295,6 +295,10 @@ def _one_blas_thread() -> None:
     ThreadpoolController().limit(limits=1, user_api="blas")
 
 
+_COLUMNS = (RecallVector.entry_id, RecallVector.kind, RecallVector.vector)
+"""What the in-process index reads of a vector row."""
+
+
 class VectorIndex:
     """The users' vectors in memory, bounded by `max_rows` in all (1 KB each: 500 MB by
     default; least recently searched users are forgotten first, and read again when next
@@ -398,36 +402,39 @@ class VectorIndex:
                 RecallVector.kind.in_(_KINDS_OF[group]),
                 RecallVector.model == self.embedder.model_id,
             )
-            columns = (RecallVector.entry_id, RecallVector.kind, RecallVector.vector)
             if user.size == 0:
                 # Newest first, as many as the window: the rows before them are read when a
                 # larger window asks for them.
-                statement = select(*columns).where(*mine).order_by(RecallVector.entry_id.desc())
-                if window is not None:
-                    statement = statement.limit(window)
-                rows = list(reversed((await db.execute(statement)).all()))
-                user.complete = window is None or len(rows) < window
-                if rows:
-                    self._add(user, rows, older=False)
+                await self._read_back(db, user, mine, window, older=False)
                 return user
-            newer = select(*columns).where(*mine, RecallVector.entry_id > user.last_entry_id)
+            newer = select(*_COLUMNS).where(*mine, RecallVector.entry_id > user.last_entry_id)
             rows = list((await db.execute(newer.order_by(RecallVector.entry_id))).all())
             if rows:
                 self._add(user, rows, older=False)
             missing = None if window is None else window - user.size
             if not user.complete and (missing is None or missing > 0):
-                older = (
-                    select(*columns)
-                    .where(*mine, RecallVector.entry_id < user.first_entry_id)
-                    .order_by(RecallVector.entry_id.desc())
-                )
-                if missing is not None:
-                    older = older.limit(missing)
-                rows = list(reversed((await db.execute(older)).all()))
-                user.complete = missing is None or len(rows) < missing
-                if rows:
-                    self._add(user, rows, older=True)
+                before = (*mine, RecallVector.entry_id < user.first_entry_id)
+                await self._read_back(db, user, before, missing, older=True)
             return user
+
+    async def _read_back(
+        self,
+        db: AsyncSession,
+        user: _UserMatrix,
+        conditions: Sequence[ColumnElement[bool]],
+        limit: int | None,
+        *,
+        older: bool,
+    ) -> None:
+        """Add the newest `limit` rows matching `conditions` (all for None) to the matrix, in
+        entry order; the matrix holds all of the user's rows once fewer than asked came."""
+        statement = select(*_COLUMNS).where(*conditions).order_by(RecallVector.entry_id.desc())
+        if limit is not None:
+            statement = statement.limit(limit)
+        rows = list(reversed((await db.execute(statement)).all()))
+        user.complete = limit is None or len(rows) < limit
+        if rows:
+            self._add(user, rows, older=older)
 
     def _add(self, user: _UserMatrix, rows: Sequence[Row[int, str, bytes]], *, older: bool) -> None:
         ids = [row.entry_id for row in rows]
