@@ -38,7 +38,9 @@ it times `assemble_context(session_id)` and `assemble_context(session_id, thread
 thread with recent messages: warm-up calls first, then `--runs` rounds, each round calling
 every case once (interleaved, so a change of machine load hits all cases alike).
 PostgreSQL's tables are ANALYZEd after loading, as autovacuum would have done in a running
-gateway; SQLite is left as the gateway leaves it (no ANALYZE).
+gateway; SQLite's full-text index is merged into one segment, as the gateway's background job
+keeps it (`BackgroundJobs.merge_recall_index`), and its tables are not analyzed (the gateway
+does not).
 
 Run it (PostgreSQL on 127.0.0.1:5432, trust auth):
 
@@ -93,7 +95,7 @@ from sessions.llm import OfflineLLM
 from storage.column_types import utcnow
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
-from storage.recall_index import RecallIndexRepository
+from storage.recall_index import RecallIndexRepository, merge_full_text
 from storage.recall_vectors import rebuild_vectors
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -216,6 +218,12 @@ async def run_backend(
         if analyze:
             async with database.engine.begin() as conn:
                 await conn.execute(text("ANALYZE"))
+        # SQLite: the full-text index merged, as the gateway's background job keeps it
+        # (`BackgroundJobs.merge_recall_index`); the bulk load left it in many segments.
+        began = time.perf_counter()
+        merge_steps = await merge_full_text(database)
+        if merge_steps:
+            progress(f"  merged the full-text index in {time.perf_counter() - began:.1f}s")
         indexed = {size: await indexed_entries(database, f"u-size-{size}") for size in sized}
         cases = {size: (Case(s, ""), Case(s, s.thread_id)) for size, s in sized.items()}
         history_cases = (Case(history, ""), Case(history, history.thread_id)) if history else ()
@@ -227,6 +235,7 @@ async def run_backend(
         await database.dispose()
     result: dict[str, Any] = {
         "analyzed": analyze,
+        "full_text_merged": merge_steps > 0,
         "dense_recall": engine.vectors is not None and engine.database.embedder is not None,
         "sizes": {},
     }

@@ -3,8 +3,8 @@
 Leadership is a lease row in the database, renewed on every run; when the leader dies its
 lease expires and another process takes over. The jobs: archive sessions idle longer than
 `sessions.archive_after`, retry compactions that had to wait, write the summaries (and
-memory facts) of archived sessions, and delete archived sessions past
-`retention.delete_after_days`.
+memory facts) of archived sessions, delete archived sessions past
+`retention.delete_after_days`, and on SQLite keep the recall index's full-text segments merged.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from sessions.lifecycle import archive_session
 from storage.database import Database
 from storage.locks import TurnLocks
 from storage.models import SessionStatus
+from storage.recall_index import RecallIndexRepository, merge_full_text
 from storage.repositories.admin import AdminRepository
 from storage.repositories.leases import LeaseRepository
 from storage.repositories.sessions import SessionRepository
@@ -33,6 +34,9 @@ from storage.repositories.sessions import SessionRepository
 log = get_logger(__name__)
 
 LEASE_NAME = "background-jobs"
+MERGE_AFTER_ENTRIES = 2_000
+"""Recall entries written since the last merge of the full-text index (SQLite) before the
+next: at least this many, and at least a twentieth of the index."""
 
 
 def holder_id() -> str:
@@ -66,6 +70,8 @@ class BackgroundJobs:
         self.interval = interval or min(60.0, max(0.5, archive_after.total_seconds() / 4))
         self.holder = holder_id()
         self._stop = asyncio.Event()
+        # The largest recall entry id at the last full-text merge (None: not merged yet).
+        self._merged_up_to: int | None = None
 
     def reconfigure(self, archive_after: timedelta, delete_after: timedelta | None) -> None:
         """Apply reloaded archiving and retention periods from the next pass."""
@@ -83,6 +89,7 @@ class BackgroundJobs:
                     await self.enforce_retention()
                     if self.admin is not None:
                         await sweep_stash(self.database, self.admin.transcripts, self.clock())
+                    await self.merge_recall_index()
             except (GatewayError, OSError) as exc:
                 log.error("jobs.failed", error=str(exc).splitlines()[0])
             with suppress(TimeoutError):
@@ -101,6 +108,27 @@ class BackgroundJobs:
             return await LeaseRepository(db).try_acquire(
                 LEASE_NAME, self.holder, now=self.clock(), ttl=ttl
             )
+
+    async def merge_recall_index(self) -> int:
+        """SQLite: merge the recall index's full-text segments into one when enough was
+        written since the last merge (`MERGE_AFTER_ENTRIES`, or a twentieth of the index),
+        and once after start; the merge steps taken. A merged index is searched several times
+        faster (every segment costs each searched word a seek), and the merge rewrites the
+        index, so it waits until the index has grown by a share of itself."""
+        if not self.database.is_sqlite:
+            return 0
+        async with self.database.single() as db:
+            latest = await RecallIndexRepository(db).latest_id()
+        merged_up_to = self._merged_up_to
+        if merged_up_to is not None and latest - merged_up_to < max(
+            MERGE_AFTER_ENTRIES, merged_up_to // 20
+        ):
+            return 0
+        steps = await merge_full_text(self.database)
+        self._merged_up_to = latest
+        if steps:
+            log.info("jobs.recall_index_merged", steps=steps, entries_up_to=latest)
+        return steps
 
     async def retry_deferred_compactions(self) -> int:
         """Compact sessions whose compaction had to wait (store down) or was cut short by a

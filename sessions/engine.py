@@ -1,7 +1,8 @@
 """The session engine: one assistant turn with the right context, and the bookkeeping around it.
 
-`read_context` reads what the context is made of (recall's passages for the pending message
-included) and `context_from` assembles it; `reply` compacts first when the history has grown
+`read_context` reads what the context is made of in the caller's transaction, `with_earlier`
+adds recall's passages for the pending message after it (searched in transactions of their
+own), and `context_from` assembles it; `reply` compacts first when the history has grown
 past the trigger, then calls the model with its tool rounds (`sessions.tool_rounds`), and
 returns the messages to append and the reply text, with any notice (older messages
 summarised; time for `/new`) as part of that reply. It knows nothing of channels. The values it
@@ -18,6 +19,7 @@ that gets the answer passes it in as `confirmed`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -153,8 +155,8 @@ class SessionEngine:
         pending: HistoryMessage | None = None,
     ) -> ContextReads:
         """What the session's next turn's context is made of, read in the caller's
-        transaction, recall's search included (in a savepoint: a failed search only leaves
-        the passages out); `context_from` assembles it.
+        transaction; recall's passages are not searched here (`with_earlier`, once the
+        transaction has ended); `context_from` assembles it.
 
         `pending` is the user message the turn answers, not stored yet (the turn stores it
         with the answer): it is the last message of the history and the recall query.
@@ -177,7 +179,6 @@ class SessionEngine:
             after_seq=history.after_seq,
             summary_sessions=frozenset(s.session_id for s in hot),
         )
-        earlier = await self._recall_earlier(session.user_id, history_rows, exclusions, db=db)
         return ContextReads(
             session_id=session.id,
             user_id=session.user_id,
@@ -191,7 +192,6 @@ class SessionEngine:
             history=history_rows,
             thread_id=thread_id,
             exclusions=exclusions,
-            earlier=earlier,
             org_id=session.org_id,
         )
 
@@ -241,7 +241,7 @@ class SessionEngine:
             if session is None:
                 raise StorageError("the session does not exist", key=session_id)
             reads = await self.read_context(db, session, thread_id=thread_id, pending=pending)
-        return self.context_from(reads)
+        return self.context_from(await self.with_earlier(reads))
 
     async def reply(
         self,
@@ -331,17 +331,18 @@ class SessionEngine:
         loaded = await self.load_context(session_id, thread_id=thread_id)
         return loaded.context, loaded.messages_since_compaction
 
-    async def _recall_earlier(
-        self,
-        user_id: str,
-        rows: Sequence[HistoryMessage],
-        exclusions: RecallExclusions,
-        db: AsyncSession | None = None,
-    ) -> tuple[EarlierExcerpt, ...]:
-        """Passages of earlier conversations for the latest user message, within the cap.
+    async def with_earlier(self, reads: ContextReads) -> ContextReads:
+        """`reads` with recall's passages of earlier conversations for the latest user
+        message, within the cap. Called after the transaction of `read_context` has ended:
+        the search reads in transactions of its own, so a turn holds neither its routing
+        transaction nor, on SQLite, the write lock while it searches. Recall only adds to a
+        turn: when the search fails, the turn goes on without it."""
+        earlier = await self._recall_earlier(reads.user_id, reads.history, reads.exclusions)
+        return dataclasses.replace(reads, earlier=earlier) if earlier else reads
 
-        Recall only adds to a turn: when the search fails, the turn goes on without it.
-        """
+    async def _recall_earlier(
+        self, user_id: str, rows: Sequence[HistoryMessage], exclusions: RecallExclusions
+    ) -> tuple[EarlierExcerpt, ...]:
         settings = self.recall_settings
         if self.recall is None or settings is None or settings.auto_hits < 1:
             return ()
@@ -349,9 +350,7 @@ class SessionEngine:
         if not query.strip():
             return ()
         try:
-            hits = await self.recall.search(
-                user_id, query, settings.auto_hits, exclude=exclusions, db=db
-            )
+            hits = await self.recall.search(user_id, query, settings.auto_hits, exclude=exclusions)
         except StorageError as exc:
             log.warning("recall.failed", user_id=user_id, error=str(exc))
             return ()

@@ -70,7 +70,7 @@ from sessions.recall_values import (
     RecallHit,
     RecallOptions,
 )
-from storage.database import Database, savepoint
+from storage.database import Database
 from storage.recall_entries import COMPACTION, SUMMARY, TURN, IndexedText
 from storage.recall_index import RecallIndexRepository
 from storage.recall_vectors import VectorIndex, Vectors
@@ -112,7 +112,6 @@ class RecallSearch:
         until: datetime | None = None,
         exclude: RecallExclusions | None = None,
         thorough: bool = False,
-        db: AsyncSession | None = None,
     ) -> list[RecallHit]:
         """The user's turns (and summaries) that best answer `query`, best first.
 
@@ -120,8 +119,9 @@ class RecallSearch:
         plus the boosts above) and compare within one result only. `since`/`until` bound
         when the text was written (`until` excluded). The index is searched within
         `options.automatic`, or `options.thorough` when `thorough` (an explicit search, not
-        the one of every turn). With `db`, the search runs in the caller's transaction,
-        inside a savepoint (a failed search leaves it usable).
+        the one of every turn). It reads in transactions of its own that only read
+        (`Database.reading`), never in the caller's: a turn holds no transaction (nor, on
+        SQLite, the write lock) while it searches.
         """
         terms = query_terms(query)
         vector = self._query_vector(query)
@@ -142,7 +142,7 @@ class RecallSearch:
             until=until,
             bounds=bounds,
         )
-        turns, summaries, around = await search.read(db)
+        turns, summaries, around = await search.read()
         sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
         scores = {turn.entry_id: turn.score for turn in turns}
         entries = {turn.entry_id: turn for turn in [*around, *turns]}
@@ -195,55 +195,53 @@ class _Search:
     until: datetime | None
     bounds: RecallBounds
 
-    async def read(
-        self, db: AsyncSession | None
-    ) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
-        """The candidate turns, the summaries, and the turns around the best candidates."""
-        options = self.recall.options
+    async def read(self) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
+        """The candidate turns, the summaries, and the turns around the best candidates.
+
+        Side by side, each on a connection of its own: the turns' words, the turns' nearest
+        vectors, and the summaries (their words, then their vectors); then, the turns fused,
+        the turns around the best of them. No part waits for a connection while it holds
+        another, so a busy pool only queues them. On SQLite too: transactions that only read
+        take no lock, and each connection runs in a thread of its own.
+        """
         database = self.recall.database
+        options = self.recall.options
         with_summaries = options.summary_weight > 0 or "summary" in self.kinds
-
-        async def one_after_the_other(
-            session: AsyncSession,
-        ) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
-            turns, around = await self.turns_and_around(session)
-            summaries = await self.summaries(session) if with_summaries else []
-            return turns, summaries, around
-
-        if db is not None:
-            # In the caller's transaction (a turn's first one): no transaction of its own to
-            # begin and commit; the savepoint keeps a failed search from spoiling it.
-            async with savepoint(db):
-                return await one_after_the_other(db)
-        if database.is_sqlite:
-            # SQLite transactions take the write lock at BEGIN (`storage.database`): two
-            # sessions side by side would wait for each other in the busy handler's sleeps,
-            # so one session reads everything, one search after the other.
-            async with database.session() as session:
-                return await one_after_the_other(session)
-
-        # PostgreSQL: the turns (and then the turns around the best of them) and the summaries
-        # are read side by side, each on a connection of its own.
-        async def turns_apart() -> tuple[list[IndexedText], list[IndexedText]]:
-            async with database.session() as session:
-                return await self.turns_and_around(session)
 
         async def summaries_apart() -> list[IndexedText]:
             if not with_summaries:
                 return []
-            async with database.session() as session:
+            async with database.reading() as session:
                 return await self.summaries(session)
 
-        (turns, around), summaries = await asyncio.gather(turns_apart(), summaries_apart())
-        return turns, summaries, around
+        vector = self.vector
+        if vector is None or options.dense_without_names or options.second_hop or options.word_hop:
+            # No vector, or a variant whose second search follows the first's hits (measured,
+            # and off): the turns in one transaction.
+            async def turns_apart() -> list[IndexedText]:
+                async with database.reading() as session:
+                    return await self.turns(session)
 
-    async def turns_and_around(
-        self, session: AsyncSession
-    ) -> tuple[list[IndexedText], list[IndexedText]]:
-        """The candidate turns (fused), then the turns next to the best of them."""
+            turns, summaries = await asyncio.gather(turns_apart(), summaries_apart())
+        else:
+
+            async def words_apart() -> list[IndexedText]:
+                async with database.reading() as session:
+                    return await self.words(RecallIndexRepository(session))
+
+            async def meanings_apart() -> list[IndexedText]:
+                async with database.reading(snapshot=False) as session:
+                    return await self._nearest(session, vector, (TURN,))
+
+            words, meanings, summaries = await asyncio.gather(
+                words_apart(), meanings_apart(), summaries_apart()
+            )
+            turns = self._fused([(words, 1.0), (meanings, options.dense_weight)])
+        return turns, summaries, await self._around(turns)
+
+    def _words_query(self) -> IndexQuery:
         options = self.recall.options
-        index = RecallIndexRepository(session)
-        query = IndexQuery(
+        return IndexQuery(
             (TURN,),
             max(options.candidates, self.limit),
             self.since,
@@ -251,13 +249,23 @@ class _Search:
             options.ranking,
             self.bounds.turns,
         )
-        turns = await query.run(index, self.user_id, self.terms)
+
+    async def words(self, index: RecallIndexRepository) -> list[IndexedText]:
+        """The full-text candidate turns."""
+        return await self._words_query().run(index, self.user_id, self.terms)
+
+    async def turns(self, session: AsyncSession) -> list[IndexedText]:
+        """The candidate turns, the full-text ones fused with the vectors' in turn (for the
+        variants whose vector search depends on the words' hits)."""
+        options = self.recall.options
+        index = RecallIndexRepository(session)
+        turns = await self.words(index)
         vector = self._turns_vector(turns)
         if vector is not None:
             turns = await self._fuse(session, turns, vector, (TURN,), second_hop=options.second_hop)
         if options.word_hop > 0 and turns:
-            turns = await self._word_hop(index, query, turns)
-        return turns, await self._around(index, turns)
+            turns = await self._word_hop(index, self._words_query(), turns)
+        return turns
 
     async def _word_hop(
         self, index: RecallIndexRepository, query: IndexQuery, turns: list[IndexedText]
@@ -366,16 +374,16 @@ class _Search:
             and (self.until is None or entry.occurred_at < self.until)
         ]
 
-    async def _around(
-        self, index: RecallIndexRepository, turns: Sequence[IndexedText]
-    ) -> list[IndexedText]:
+    async def _around(self, turns: Sequence[IndexedText]) -> list[IndexedText]:
         """The turns next to the best candidates (when the ranking spreads scores to them)."""
         options = self.recall.options
         sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
         if not sources or (options.neighbour_weight <= 0 and options.second_neighbour_weight <= 0):
             return []
         positions = [(t.session_id, t.seq or 0) for t in sources]
-        return await index.turns_around(self.user_id, positions, span=NEIGHBOUR_SPAN)
+        async with self.recall.database.reading(snapshot=False) as session:
+            index = RecallIndexRepository(session)
+            return await index.turns_around(self.user_id, positions, span=NEIGHBOUR_SPAN)
 
 
 def _hit(entry: IndexedText, score: float) -> RecallHit:

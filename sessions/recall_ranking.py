@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from sessions.recall_query import query_terms
@@ -128,7 +127,7 @@ def fuse_ranks(
             fused[entry.entry_id] += weight / (k + rank)
             entries.setdefault(entry.entry_id, entry)
     ordered = sorted(fused.items(), key=lambda item: -item[1])
-    return [replace(entries[entry_id], score=score) for entry_id, score in ordered]
+    return [entries[entry_id].scored(score) for entry_id, score in ordered]
 
 
 def fuse_scores(
@@ -150,4 +149,4 @@ def fuse_scores(
             fused[entry.entry_id] += weight * (entry.score - worst) / spread
             entries.setdefault(entry.entry_id, entry)
     ordered = sorted(fused.items(), key=lambda item: -item[1])
-    return [replace(entries[entry_id], score=score * scale) for entry_id, score in ordered]
+    return [entries[entry_id].scored(score * scale) for entry_id, score in ordered]

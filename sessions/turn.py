@@ -150,6 +150,8 @@ class TurnService:
                 else None
             )
         structlog.contextvars.bind_contextvars(session_id=session_id)
+        # Recall searches after the routing transaction, in transactions of its own.
+        reads = await self.engine.with_earlier(reads)
         taken = await self._take_files(
             turn, SessionRef(org_id, arrival.user_id, session_id), progress
         )

@@ -50,11 +50,20 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+_READS_ONLY = "gateway_reads_only"
+"""The execution option of `Database.reading`'s connections."""
+
+
 def _sqlite_begin(connection: Connection) -> None:
     # A deferred transaction that reads and then writes fails at once with "database is
     # locked" when another writer got in between (busy_timeout cannot help there). Taking the
-    # write lock at BEGIN makes every transaction wait its turn instead.
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    # write lock at BEGIN makes every transaction wait its turn instead. A transaction that
+    # only reads (`Database.reading`) takes no lock: under WAL it reads its snapshot beside
+    # the writer.
+    if connection.get_execution_options().get(_READS_ONLY):
+        connection.exec_driver_sql("BEGIN DEFERRED")
+    else:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def alembic_config() -> AlembicConfig:
@@ -125,6 +134,17 @@ class Database:
             )
         )
 
+        # Sessions that only read (`reading`): on SQLite their transactions take no lock.
+        self._reading = (
+            async_sessionmaker(
+                self.engine.execution_options(**{_READS_ONLY: True}),
+                expire_on_commit=False,
+                info=self._session_info,
+            )
+            if self.is_sqlite
+            else self.sessionmaker
+        )
+
     def use_embedder(self, embedder: TextEmbedder | None) -> None:
         """Embed every recall entry written from now on with `embedder` (None: stop), in the
         transaction that writes it (`storage.recall_vectors`)."""
@@ -168,6 +188,21 @@ class Database:
         """
         try:
             async with self._single() as session, session.begin():
+                yield session
+        except SQLAlchemyError as exc:
+            raise StorageError(f"database error: {_first_line(exc)}") from exc
+
+    @asynccontextmanager
+    async def reading(self, *, snapshot: bool = True) -> AsyncIterator[AsyncSession]:
+        """A session that only reads, in one transaction (one snapshot). On SQLite the
+        transaction is deferred: it takes no write lock, so it neither waits for the writer
+        nor keeps it waiting (not for writes: one could fail at once on a busy database, see
+        `_sqlite_begin`); on PostgreSQL it is `session`, or with `snapshot=False` (reads that
+        need not see one moment) `single`'s autocommit, without the `BEGIN` and `COMMIT`
+        round trips."""
+        make = self._reading if snapshot or self.is_sqlite else self._single
+        try:
+            async with make() as session, session.begin():
                 yield session
         except SQLAlchemyError as exc:
             raise StorageError(f"database error: {_first_line(exc)}") from exc

@@ -24,8 +24,10 @@ from structlog.testing import capture_logs
 import sessions.lifecycle
 from gateway.admin import Administration, NotFoundError
 from gateway.cli import main
+import gateway.jobs
 from sessions.recall import RecallSearch
 from storage.models import Base
+from storage.recall_index import RecallIndexRepository
 from storage.transcripts import parse_transcript
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 from tests.fakes.slack_api import (
@@ -265,6 +267,28 @@ async def test_retention_deletes_archived_sessions_past_the_limit_and_keeps_the_
         remaining = await gateway.runtime.jobs.admin.list_sessions()  # type: ignore[union-attr]
         assert await rows_mentioning(gateway, "secret anvil alloy") == []
     assert [s["user_id"] for s in remaining] == ["bob"]
+
+
+async def test_the_jobs_merge_the_recall_full_text_index_once_it_has_grown(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Merged after every entry (2,000 by default), so that a few turns are growth enough.
+    monkeypatch.setattr(gateway.jobs, "MERGE_AFTER_ENTRIES", 1)
+    async with running_gateway(gateway_config(database_url, tmp_path)) as running:
+        jobs = running.runtime.jobs
+        assert await jobs.merge_recall_index() == 0  # the first pass: nothing written yet
+        # Each turn's entries are written in a transaction of their own: a segment each.
+        for number in range(1, 4):
+            await running.post("alice", f"{ALICE_WORDS} ({number})")
+            await running.wait_for_replies("alice", number, settle=0)
+        await running.wait_for_turns_to_end("alice")
+        steps = await jobs.merge_recall_index()
+        again = await jobs.merge_recall_index()  # nothing written since
+        async with running.runtime.database.session() as db:
+            left = await RecallIndexRepository(db).merge_step()
+    assert steps >= 1 if running.runtime.database.is_sqlite else steps == 0
+    assert again == 0
+    assert not left
 
 
 async def test_the_admin_api_needs_its_token_and_serves_sessions_users_exports(

@@ -180,26 +180,29 @@ def engine(database: Database, tmp_path: Path, recall: RecallSettings | None) ->
     )
 
 
-async def test_a_failed_search_inside_the_turns_transaction_leaves_it_usable(
+async def test_the_search_runs_after_the_turns_transaction_and_a_failure_leaves_it_out(
     database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await conversation(database, [("Alice", "Acme invoice number 7 was paid.")], day=0)
     current, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
-
-    async def broken(self: IndexQuery, index: RecallIndexRepository, *_: object) -> None:
-        await index.session.execute(text("SELECT * FROM no_such_table"))
-
-    monkeypatch.setattr(IndexQuery, "run", broken)
     subject = engine(database, tmp_path, RecallSettings(auto_hits=3))
     async with database.session() as db:
         session = await SessionRepository(db).get(current)
         assert session is not None
         reads = await subject.read_context(db, session)
-        # The search failed in its savepoint; the transaction goes on.
-        assert (await db.execute(text("SELECT 1"))).scalar_one() == 1
-    context = subject.context_from(reads).context
-    assert EARLIER_HEADING not in context.request.system
+    # Nothing is searched in the caller's transaction; the passages come after it.
     assert reads.earlier == ()
+    found = await subject.with_earlier(reads)
+    assert [excerpt.text for excerpt in found.earlier] == ["Acme invoice number 7 was paid."]
+
+    async def broken(self: IndexQuery, index: RecallIndexRepository, *_: object) -> None:
+        await index.session.execute(text("SELECT * FROM no_such_table"))
+
+    monkeypatch.setattr(IndexQuery, "run", broken)
+    failed = await subject.with_earlier(reads)
+    context = subject.context_from(failed).context
+    assert EARLIER_HEADING not in context.request.system
+    assert failed.earlier == ()
 
 
 async def test_a_turn_gets_passages_from_earlier_conversations_within_the_cap(

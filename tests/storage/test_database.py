@@ -425,3 +425,17 @@ async def test_a_pending_replys_file_moves_out_of_its_reply_context_on_upgrade(
         assert row.reply_context == {"channel": "D1"}
     finally:
         await database.dispose()
+
+
+async def test_a_reading_session_neither_waits_for_the_writer_nor_sees_its_uncommitted_rows(
+    database: Database,
+) -> None:
+    async with database.session() as db:
+        await OrganizationRepository(db).upsert("acme", "Acme")
+    async with database.session() as writer:
+        await OrganizationRepository(writer).upsert("globex", "Globex")
+        # SQLite: the writer holds the write lock; a reading session takes none, so it reads
+        # at once (a session would wait for the lock up to the busy timeout, 5 s).
+        async with asyncio.timeout(2), database.reading() as reader:
+            names = (await reader.execute(text("SELECT id FROM organizations"))).scalars()
+            assert sorted(names) == ["acme"]

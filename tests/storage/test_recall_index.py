@@ -11,7 +11,7 @@ from sqlalchemy import insert, text, update
 from storage.database import Database
 from storage.models import Session, SessionCompaction, SessionMessage, SessionSummary
 from storage.recall_entries import COMPACTION, SUMMARY, TURN, SearchBound
-from storage.recall_index import RecallIndexRepository
+from storage.recall_index import RecallIndexRepository, merge_full_text
 from storage.repositories.compactions import CompactionRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
@@ -303,3 +303,28 @@ async def test_only_the_rarest_words_are_searched(database: Database) -> None:
     one_word = SearchBound(window=40, rare_postings=5, max_terms=1)
     found, _ = await bounded(database, "report", "quarterly", "pottery", bound=one_word)
     assert found == ["Pottery class on Friday."]  # the common words were not searched
+
+
+async def test_merging_the_full_text_segments_finds_the_same_and_ends(database: Database) -> None:
+    """Turns written a transaction each leave SQLite's full-text index in many segments
+    (searched several times slower); merged step by step into one, every search finds the
+    same. PostgreSQL has nothing to merge."""
+    await make_user(database, "alice", "Alice")
+    for day in range(30):
+        await make_session(
+            database,
+            "alice",
+            ("user", f"Is the Acme renewal number {day} signed?"),
+            ("assistant", f"Renewal {day} is signed; the invoice follows."),
+        )
+    before = await search(database, "alice", "renewal", "invoice", "acme", limit=100)
+    steps = await merge_full_text(database, pages=4)
+    async with database.session() as db:
+        left = await RecallIndexRepository(db).merge_step()
+    if database.is_sqlite:
+        assert steps >= 1
+    else:
+        assert steps == 0
+    assert not left
+    assert await search(database, "alice", "renewal", "invoice", "acme", limit=100) == before
+    assert len(before) == 60
