@@ -21,10 +21,10 @@ import yaml
 from sqlalchemy import select, text
 from structlog.testing import capture_logs
 
+import gateway.jobs
 import sessions.lifecycle
 from gateway.admin import Administration, NotFoundError
 from gateway.cli import main
-import gateway.jobs
 from sessions.recall import RecallSearch
 from storage.models import Base
 from storage.recall_index import RecallIndexRepository
