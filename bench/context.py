@@ -90,6 +90,7 @@ from errors import StorageError
 from gateway.log import configure_logging
 from gateway.runtime import open_engine
 from gateway.settings import GatewayConfig
+from primitives.collector import settle_after_start
 from sessions.engine import SessionEngine
 from sessions.llm import OfflineLLM
 from storage.column_types import utcnow
@@ -228,6 +229,8 @@ async def run_backend(
         cases = {size: (Case(s, ""), Case(s, s.thread_id)) for size, s in sized.items()}
         history_cases = (Case(history, ""), Case(history, history.thread_id)) if history else ()
         every_case = [case for pair in cases.values() for case in pair] + list(history_cases)
+        # The collector as a serving gateway process sets it once started.
+        settle_after_start()
         progress(f"  timing: {settings.warmup} warm-up and {settings.runs} measured rounds")
         await measure(engine, every_case, runs=settings.runs, warmup=settings.warmup)
         history_indexed = await indexed_entries(database, HISTORY_USER) if history else 0
