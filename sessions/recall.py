@@ -198,15 +198,18 @@ class _Search:
     async def read(self) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
         """The candidate turns, the summaries, and the turns around the best candidates.
 
-        Side by side, each on a connection of its own: the turns' words, the turns' nearest
-        vectors, and the summaries (their words, then their vectors); then, the turns fused,
-        the turns around the best of them. No part waits for a connection while it holds
-        another, so a busy pool only queues them. On SQLite too: transactions that only read
-        take no lock, and each connection runs in a thread of its own.
+        The turns (and then the turns around the best of them) and the summaries are read
+        side by side, each in a read-only transaction on a connection of its own (on SQLite
+        too: such transactions take no lock, and each connection runs in a thread of its
+        own). Neither waits for a second connection while it holds one, so a busy pool only
+        queues them.
         """
         database = self.recall.database
-        options = self.recall.options
-        with_summaries = options.summary_weight > 0 or "summary" in self.kinds
+        with_summaries = self.recall.options.summary_weight > 0 or "summary" in self.kinds
+
+        async def turns_apart() -> tuple[list[IndexedText], list[IndexedText]]:
+            async with database.reading() as session:
+                return await self.turns_and_around(session)
 
         async def summaries_apart() -> list[IndexedText]:
             if not with_summaries:
@@ -214,34 +217,16 @@ class _Search:
             async with database.reading() as session:
                 return await self.summaries(session)
 
-        vector = self.vector
-        if vector is None or options.dense_without_names or options.second_hop or options.word_hop:
-            # No vector, or a variant whose second search follows the first's hits (measured,
-            # and off): the turns in one transaction.
-            async def turns_apart() -> list[IndexedText]:
-                async with database.reading() as session:
-                    return await self.turns(session)
+        (turns, around), summaries = await asyncio.gather(turns_apart(), summaries_apart())
+        return turns, summaries, around
 
-            turns, summaries = await asyncio.gather(turns_apart(), summaries_apart())
-        else:
-
-            async def words_apart() -> list[IndexedText]:
-                async with database.reading() as session:
-                    return await self.words(RecallIndexRepository(session))
-
-            async def meanings_apart() -> list[IndexedText]:
-                async with database.reading(snapshot=False) as session:
-                    return await self._nearest(session, vector, (TURN,))
-
-            words, meanings, summaries = await asyncio.gather(
-                words_apart(), meanings_apart(), summaries_apart()
-            )
-            turns = self._fused([(words, 1.0), (meanings, options.dense_weight)])
-        return turns, summaries, await self._around(turns)
-
-    def _words_query(self) -> IndexQuery:
+    async def turns_and_around(
+        self, session: AsyncSession
+    ) -> tuple[list[IndexedText], list[IndexedText]]:
+        """The candidate turns (fused), then the turns next to the best of them."""
         options = self.recall.options
-        return IndexQuery(
+        index = RecallIndexRepository(session)
+        query = IndexQuery(
             (TURN,),
             max(options.candidates, self.limit),
             self.since,
@@ -249,23 +234,13 @@ class _Search:
             options.ranking,
             self.bounds.turns,
         )
-
-    async def words(self, index: RecallIndexRepository) -> list[IndexedText]:
-        """The full-text candidate turns."""
-        return await self._words_query().run(index, self.user_id, self.terms)
-
-    async def turns(self, session: AsyncSession) -> list[IndexedText]:
-        """The candidate turns, the full-text ones fused with the vectors' in turn (for the
-        variants whose vector search depends on the words' hits)."""
-        options = self.recall.options
-        index = RecallIndexRepository(session)
-        turns = await self.words(index)
+        turns = await query.run(index, self.user_id, self.terms)
         vector = self._turns_vector(turns)
         if vector is not None:
             turns = await self._fuse(session, turns, vector, (TURN,), second_hop=options.second_hop)
         if options.word_hop > 0 and turns:
-            turns = await self._word_hop(index, self._words_query(), turns)
-        return turns
+            turns = await self._word_hop(index, query, turns)
+        return turns, await self._around(index, turns)
 
     async def _word_hop(
         self, index: RecallIndexRepository, query: IndexQuery, turns: list[IndexedText]
@@ -374,16 +349,16 @@ class _Search:
             and (self.until is None or entry.occurred_at < self.until)
         ]
 
-    async def _around(self, turns: Sequence[IndexedText]) -> list[IndexedText]:
+    async def _around(
+        self, index: RecallIndexRepository, turns: Sequence[IndexedText]
+    ) -> list[IndexedText]:
         """The turns next to the best candidates (when the ranking spreads scores to them)."""
         options = self.recall.options
         sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
         if not sources or (options.neighbour_weight <= 0 and options.second_neighbour_weight <= 0):
             return []
         positions = [(t.session_id, t.seq or 0) for t in sources]
-        async with self.recall.database.reading(snapshot=False) as session:
-            index = RecallIndexRepository(session)
-            return await index.turns_around(self.user_id, positions, span=NEIGHBOUR_SPAN)
+        return await index.turns_around(self.user_id, positions, span=NEIGHBOUR_SPAN)
 
 
 def _hit(entry: IndexedText, score: float) -> RecallHit:

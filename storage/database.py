@@ -193,16 +193,13 @@ class Database:
             raise StorageError(f"database error: {_first_line(exc)}") from exc
 
     @asynccontextmanager
-    async def reading(self, *, snapshot: bool = True) -> AsyncIterator[AsyncSession]:
+    async def reading(self) -> AsyncIterator[AsyncSession]:
         """A session that only reads, in one transaction (one snapshot). On SQLite the
         transaction is deferred: it takes no write lock, so it neither waits for the writer
         nor keeps it waiting (not for writes: one could fail at once on a busy database, see
-        `_sqlite_begin`); on PostgreSQL it is `session`, or with `snapshot=False` (reads that
-        need not see one moment) `single`'s autocommit, without the `BEGIN` and `COMMIT`
-        round trips."""
-        make = self._reading if snapshot or self.is_sqlite else self._single
+        `_sqlite_begin`); on PostgreSQL it is `session`."""
         try:
-            async with make() as session, session.begin():
+            async with self._reading() as session, session.begin():
                 yield session
         except SQLAlchemyError as exc:
             raise StorageError(f"database error: {_first_line(exc)}") from exc
