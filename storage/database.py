@@ -257,17 +257,6 @@ class Database:
         await self.engine.dispose()
 
 
-@asynccontextmanager
-async def savepoint(session: AsyncSession) -> AsyncIterator[None]:
-    """A savepoint in the caller's transaction: a driver error rolls back to it and leaves as
-    `StorageError`, and the transaction stays usable (for work that may fail on its own)."""
-    try:
-        async with session.begin_nested():
-            yield
-    except SQLAlchemyError as exc:
-        raise StorageError(f"database error: {_first_line(exc)}") from exc
-
-
 def _run_upgrade(connection: Connection, revision: str) -> None:
     from alembic import command  # noqa: PLC0415
 
