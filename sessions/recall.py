@@ -217,8 +217,17 @@ class _Search:
             async with database.reading() as session:
                 return await self.summaries(session)
 
-        (turns, around), summaries = await asyncio.gather(turns_apart(), summaries_apart())
-        return turns, summaries, around
+        # Both end before a failure of either is raised: no read is left running on its own
+        # (and holding a connection) after the search has failed.
+        turns_read, summaries_read = await asyncio.gather(
+            turns_apart(), summaries_apart(), return_exceptions=True
+        )
+        if isinstance(turns_read, BaseException):
+            raise turns_read
+        if isinstance(summaries_read, BaseException):
+            raise summaries_read
+        turns, around = turns_read
+        return turns, summaries_read, around
 
     async def turns_and_around(
         self, session: AsyncSession

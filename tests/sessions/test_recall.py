@@ -3,6 +3,7 @@ already in context, the search tool, the passages a turn gets, and how far each 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,7 +23,7 @@ from sessions.recall_values import IndexQuery, RecallBounds, RecallExclusions, R
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.models import SessionSummary
-from storage.recall_entries import SearchBound
+from storage.recall_entries import TURN, SearchBound
 from storage.recall_index import RecallIndexRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
@@ -196,10 +197,17 @@ async def test_the_search_runs_after_the_turns_transaction_and_a_failure_leaves_
     assert [excerpt.text for excerpt in found.earlier] == ["Acme invoice number 7 was paid."]
 
     async def broken(self: IndexQuery, index: RecallIndexRepository, *_: object) -> None:
+        if self.kinds != (TURN,):
+            await index.session.execute(text("SELECT * FROM no_such_table"))
+        # The turns' half fails too, later, with its connection in hand meanwhile.
+        await index.session.execute(text("SELECT 1"))
+        await asyncio.sleep(0.2)
         await index.session.execute(text("SELECT * FROM no_such_table"))
 
     monkeypatch.setattr(IndexQuery, "run", broken)
     failed = await subject.with_earlier(reads)
+    # The other half ended with the search: none is left running, holding a connection.
+    assert database.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     context = subject.context_from(failed).context
     assert EARLIER_HEADING not in context.request.system
     assert failed.earlier == ()
