@@ -66,10 +66,11 @@ from sessions.recall_embedding import installed_embedder
 from sessions.recall_values import RecallOptions
 from storage.database import Database
 from storage.models import Session, SessionMessage, SessionSummary
-from storage.recall_vectors import VectorIndex, rebuild_vectors
+from storage.recall_vectors import rebuild_vectors
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
 from storage.turn_store import MessageToStore, store_turn_messages
+from storage.vector_index import VectorIndex
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 GOAL_P95_MS = 50.0

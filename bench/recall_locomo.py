@@ -65,10 +65,10 @@ from sessions.recall_values import THOROUGH, RecallBounds, RecallOptions
 from storage.database import Database
 from storage.models import SessionStatus, SessionSummary
 from storage.recall_entries import SearchBound
-from storage.recall_vectors import VectorIndex
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
+from storage.vector_index import VectorIndex
 
 EMBEDDER = load_embedder()
 """The installed embedding model (None: the dense configurations measure full text only)."""

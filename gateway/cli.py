@@ -159,8 +159,8 @@ def _recall_search(args: argparse.Namespace) -> int:
     from sessions.recall_embedding import installed_embedder  # noqa: PLC0415
     from sessions.recall_values import RecallHit  # noqa: PLC0415
     from storage.database import Database  # noqa: PLC0415
-    from storage.recall_vectors import VectorIndex  # noqa: PLC0415
     from storage.repositories.users import UserRepository  # noqa: PLC0415
+    from storage.vector_index import VectorIndex  # noqa: PLC0415
 
     async def search() -> list[RecallHit]:
         database = Database(config.storage.database_url, pool_size=1)

@@ -65,8 +65,9 @@ from sessions.toolbox import TOOL_DATA_NOTE, McpToolbox
 from sessions.topics import TopicWriter
 from storage.database import Database
 from storage.models import Session as SessionRow
-from storage.recall_vectors import TextEmbedder, VectorIndex
+from storage.recall_vectors import TextEmbedder
 from storage.repositories.sessions import SessionRepository
+from storage.vector_index import VectorIndex
 
 log = structlog.stdlib.get_logger(__name__)
 

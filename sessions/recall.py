@@ -73,7 +73,8 @@ from sessions.recall_values import (
 from storage.database import Database
 from storage.recall_entries import COMPACTION, SUMMARY, TURN, IndexedText
 from storage.recall_index import RecallIndexRepository
-from storage.recall_vectors import VectorIndex, Vectors
+from storage.recall_vectors import Vectors
+from storage.vector_index import VectorIndex
 
 log = structlog.stdlib.get_logger(__name__)
 

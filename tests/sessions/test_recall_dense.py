@@ -25,7 +25,7 @@ from sessions.recall_values import RecallOptions
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_entries import IndexedText
-from storage.recall_vectors import VectorIndex
+from storage.vector_index import VectorIndex
 from tests.sessions.test_recall import conversation
 
 needs_model = pytest.mark.skipif(model_files() is None, reason="the recall model is not installed")

@@ -18,11 +18,12 @@ from storage.database import Database
 from storage.models import RecallVector, SessionCompaction, SessionMessage, SessionSummary
 from storage.recall_entries import COMPACTION, SUMMARY, TURN
 from storage.recall_index import RecallIndexRepository
-from storage.recall_vectors import VectorIndex, Vectors, rebuild_vectors
+from storage.recall_vectors import Vectors, rebuild_vectors
 from storage.repositories.compactions import CompactionRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import UserRepository
+from storage.vector_index import VectorIndex
 from tests.storage.test_recall_index import T0, make_session, make_user
 
 
