@@ -9,7 +9,8 @@ foreign key) and when its text changes (a trigger). The embedding model is not s
 embedded and dense recall finds nothing.
 
 Search (`VectorIndex`, in `storage.vector_index`): both backends keep the vectors in the
-database and search them in process, as one float32 matrix per user held in memory and read on incrementally (the rows
+database and search them in process, as one float32 matrix per user held in memory and read
+on incrementally (the rows
 with a larger entry id than the last one read), so a search reads only what was written since
 the previous one; a user's first search reads only its window (the newest `vector_window`
 rows: 20,000 for the automatic search, about 0.6 s, where the whole history of 100,000 took
