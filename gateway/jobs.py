@@ -72,6 +72,8 @@ class BackgroundJobs:
         self._stop = asyncio.Event()
         # The largest recall entry id at the last full-text merge (None: not merged yet).
         self._merged_up_to: int | None = None
+        self.passes = 0
+        """Passes of `run` ended so far, led or not."""
 
     def reconfigure(self, archive_after: timedelta, delete_after: timedelta | None) -> None:
         """Apply reloaded archiving and retention periods from the next pass."""
@@ -92,6 +94,7 @@ class BackgroundJobs:
                     await self.merge_recall_index()
             except (GatewayError, OSError) as exc:
                 log.error("jobs.failed", error=str(exc).splitlines()[0])
+            self.passes += 1
             with suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), timeout=self.interval)
         with suppress(GatewayError, OSError):

@@ -149,9 +149,13 @@ async def running_gateway(config: GatewayConfig) -> AsyncIterator[RunningGateway
     )
     runtime.start_background()
     serving = asyncio.create_task(server.serve())
-    while not server.started:
+    # The jobs' first pass runs at start; a test that runs a job itself then never races it.
+    deadline = asyncio.get_running_loop().time() + 10
+    while not server.started or (runtime.role != "accept" and runtime.jobs.passes == 0):
         if serving.done():
             serving.result()
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("the gateway's server or its jobs' first pass did not start")
         await asyncio.sleep(0.01)
     client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10)
     try:
