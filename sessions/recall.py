@@ -46,6 +46,7 @@ The search is strictly scoped to one user: every index query names the user.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -159,19 +160,43 @@ class RecallSearch:
             )
         scores = boost_named_speakers(scores, entries, terms, options.speaker_boost)
         scores = boost_by_summaries(scores, entries, summaries, options.summary_weight)
-        found: list[RecallHit] = []
+        ranked: list[tuple[IndexedText, float]] = []
         if "turn" in kinds:
-            # Best first, and hits made of the best `limit` only (hundreds are scored).
-            ordered = sorted(scores, key=lambda i: (-scores[i], entries[i].occurred_at))
-            for entry_id in ordered:
-                if len(found) == limit:
-                    break
-                if not exclusions.excludes(entries[entry_id]):
-                    found.append(_hit(entries[entry_id], scores[entry_id]))
+            ranked += [(entries[i], score) for i, score in scores.items()]
         if "summary" in kinds:
-            found += [_hit(s, s.score) for s in summaries if not exclusions.excludes(s)]
-        found.sort(key=lambda hit: (-hit.score, hit.kind != "turn", hit.date))
-        return found[:limit]
+            ranked += [(summary, summary.score) for summary in summaries]
+        ranked.sort(key=lambda found: (-found[1], found[0].kind != TURN, found[0].occurred_at))
+        return await self._hits(user_id, ranked, exclusions, limit)
+
+    async def _hits(
+        self,
+        user_id: str,
+        ranked: Sequence[tuple[IndexedText, float]],
+        exclusions: RecallExclusions,
+        limit: int,
+    ) -> list[RecallHit]:
+        """The first `limit` of the ranked entries that are not excluded, with their texts,
+        read for these only (in a read-only transaction of its own). An entry deleted since
+        it was found is left out, and the next one taken."""
+        hits: list[RecallHit] = []
+        wanted = (found for found in ranked if not exclusions.excludes(found[0]))
+        while len(hits) < limit:
+            chosen = list(itertools.islice(wanted, limit - len(hits)))
+            if not chosen:
+                break
+            async with self.database.reading() as session:
+                texts = await RecallIndexRepository(session).texts(
+                    user_id, [entry.entry_id for entry, _ in chosen]
+                )
+            gone = [entry.entry_id for entry, _ in chosen if entry.entry_id not in texts]
+            if gone and self.vectors is not None:
+                self.vectors.drop(user_id, gone)
+            hits += [
+                _hit(entry, score, texts[entry.entry_id])
+                for entry, score in chosen
+                if entry.entry_id in texts
+            ]
+        return hits
 
     def _query_vector(self, query: str) -> Vectors | None:
         if self.vectors is None or not self.options.dense:
@@ -260,7 +285,10 @@ class _Search:
         hit leads to, said in other words, weeks apart."""
         options = self.recall.options
         asked = set(self.terms)
-        seen = " ".join(turn.body for turn in turns[: options.word_hop])
+        texts = await index.texts(
+            self.user_id, [turn.entry_id for turn in turns[: options.word_hop]]
+        )
+        seen = " ".join(texts.values())
         further = [term for term in query_terms(seen) if term not in asked]
         if not further:
             return turns
@@ -316,13 +344,16 @@ class _Search:
         rankings = [(found, 1.0), (nearest, options.dense_weight)]
         fused = self._fused(rankings)
         if second_hop > 0 and fused:
-            seeds = vectors.embedder.embed([entry.body for entry in fused[:second_hop]])
-            hop = vector + seeds.mean(axis=0)
-            norm = float(np.linalg.norm(hop))
-            if norm > 0:
-                further = await self._nearest(session, hop / norm, kinds)
-                rankings.append((further, options.second_hop_weight))
-                fused = self._fused(rankings)
+            first = [entry.entry_id for entry in fused[:second_hop]]
+            texts = await RecallIndexRepository(session).texts(self.user_id, first)
+            if texts:
+                seeds = vectors.embedder.embed(list(texts.values()))
+                hop = vector + seeds.mean(axis=0)
+                norm = float(np.linalg.norm(hop))
+                if norm > 0:
+                    further = await self._nearest(session, hop / norm, kinds)
+                    rankings.append((further, options.second_hop_weight))
+                    fused = self._fused(rankings)
         return fused
 
     def _fused(self, rankings: Sequence[tuple[Sequence[IndexedText], float]]) -> list[IndexedText]:
@@ -350,12 +381,11 @@ class _Search:
             window=bound.vector_window,
         )
         floor = self.recall.options.dense_min_similarity
-        found = [(entry_id, similarity) for entry_id, similarity in found if similarity >= floor]
-        entries = await vectors.entries(session, self.user_id, found)
         return [
             entry
-            for entry in entries
-            if (self.since is None or entry.occurred_at >= self.since)
+            for entry in found
+            if entry.score >= floor
+            and (self.since is None or entry.occurred_at >= self.since)
             and (self.until is None or entry.occurred_at < self.until)
         ]
 
@@ -371,7 +401,7 @@ class _Search:
         return await index.turns_around(self.user_id, positions, span=NEIGHBOUR_SPAN)
 
 
-def _hit(entry: IndexedText, score: float) -> RecallHit:
+def _hit(entry: IndexedText, score: float, text: str) -> RecallHit:
     turn = entry.kind == TURN
     return RecallHit(
         session_id=entry.session_id,
@@ -379,7 +409,7 @@ def _hit(entry: IndexedText, score: float) -> RecallHit:
         seq=entry.seq if turn else None,
         date=entry.occurred_at,
         speaker=entry.speaker if turn else "",
-        text=entry.body,
+        text=text,
         score=score,
         kind="turn" if turn else "summary",
         channel=entry.channel_type,

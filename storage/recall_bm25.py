@@ -20,7 +20,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.column_types import UTCDateTime
-from storage.recall_entries import IndexSearch, SearchBound, indexed_text
+from storage.recall_entries import ENTRY_WIDTH, IndexSearch, SearchBound, indexed_text
 
 K1 = 1.2
 B = 0.75
@@ -85,5 +85,7 @@ async def run_scored(session: AsyncSession, sql: str, params: dict[str, Any]) ->
     """Run a search statement whose rows are `ENTRY_COLUMNS`, the score and `examined`."""
     statement = with_period(sql).columns(occurred_at=UTCDateTime())
     rows = [tuple(row) for row in await session.execute(statement, params)]
-    examined = int(rows[0][10]) if rows else 0
-    return IndexSearch([indexed_text(row[:9], float(row[9])) for row in rows], examined)
+    examined = int(rows[0][ENTRY_WIDTH + 1]) if rows else 0
+    return IndexSearch(
+        [indexed_text(row[:ENTRY_WIDTH], float(row[ENTRY_WIDTH])) for row in rows], examined
+    )

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,6 +65,21 @@ from storage.recall_sqlite import search_sqlite
 
 # Turns near given positions: the windows come as one JSON parameter (a fixed statement, so
 # it is compiled and planned once), each window one index range scan of (session_id, seq).
+# By primary key only, the user checked on the rows read: with `user_id` in the WHERE clause
+# PostgreSQL would rather walk the user's (user, kind, time) index, tens of milliseconds for a
+# long history, than look up a few ids. The ids go as one parameter (an array, a JSON list),
+# so the statement is the same whatever their number: prepared once, planned once.
+_TEXTS = {
+    "postgresql": text(
+        "SELECT e.id, e.user_id, e.body FROM recall_entries e "
+        "WHERE e.id = ANY(CAST(:ids AS bigint[]))"
+    ),
+    "sqlite": text(
+        "SELECT e.id, e.user_id, e.body FROM recall_entries e "
+        "WHERE e.id IN (SELECT value FROM json_each(:ids))"
+    ),
+}
+
 _TURNS_AROUND = {
     "sqlite": f"""
 SELECT {ENTRY_COLUMNS}
@@ -224,6 +239,18 @@ class RecallIndexRepository:
             },
         )
         return [indexed_text(tuple(row), 0.0) for row in result]
+
+    async def texts(self, user_id: str, entry_ids: Collection[int]) -> dict[int, str]:
+        """The text of each of these entries of the user's that still exists (a search reads
+        its candidates without their text, and then the text of its hits only)."""
+        if not entry_ids:
+            return {}
+        ids = sorted(set(entry_ids))
+        result = await self.session.execute(
+            _TEXTS[self.dialect],
+            {"user_id": user_id, "ids": ids if self.dialect == "postgresql" else json.dumps(ids)},
+        )
+        return {int(entry_id): body for entry_id, owner, body in result if owner == user_id}
 
     async def latest_id(self) -> int:
         """The largest entry id so far (ids only grow: how far the index has been written)."""

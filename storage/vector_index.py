@@ -8,28 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import ColumnElement, Row, select, text
+from sqlalchemy import Row, TextualSelect, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from storage.column_types import UTCDateTime
-from storage.models import RecallVector
-from storage.recall_entries import ENTRY_COLUMNS, IndexedText, indexed_text
+from storage.recall_entries import IndexedText, indexed_text
 from storage.recall_vectors import TextEmbedder, Vectors, decode_vectors
+
+Entry = tuple[int, str, str, int, int | None, str, str, datetime]
+"""An entry's columns as `storage.recall_entries.indexed_text` takes them (no text)."""
 
 
 @dataclass(slots=True)
 class _UserMatrix:
-    """One user's most recent vectors as read so far: rows [0, size) of the buffers are live,
-    in entry order. Rows older than the first one held are read only when a search's window
-    reaches past them (`complete`: there are none)."""
+    """One user's most recent vectors as read so far, with their entries (without text):
+    rows [0, size) of the buffers are live, in entry order, and `entries` holds their entries
+    in the same order. Rows older than the first one held are read only when a search's
+    window reaches past them (`complete`: there are none)."""
 
     last_entry_id: int = 0
     first_entry_id: int = 0
@@ -38,9 +42,17 @@ class _UserMatrix:
     ids: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     kinds: npt.NDArray[np.int8] = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
     matrix: Vectors = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    # Extended in place as newer rows come (a search's slice keeps its positions); replaced
+    # as a whole when older rows go in front.
+    entries: list[Entry] = field(default_factory=list)
+    # One string object for each session id, speaker and kind held (they repeat).
+    strings: dict[str, str] = field(default_factory=dict)
 
-    def append(self, ids: Sequence[int], kinds: Sequence[int], vectors: Vectors) -> None:
+    def append(
+        self, ids: Sequence[int], kinds: Sequence[int], vectors: Vectors, entries: Sequence[Entry]
+    ) -> None:
         """Add newer rows, growing the buffers by doubling (a search adds a few at a time)."""
+        self.entries.extend(entries)
         needed = self.size + len(ids)
         if needed > len(self.ids):
             self._grow(max(needed, 2 * len(self.ids), 64), vectors.shape[1], at=0)
@@ -52,8 +64,11 @@ class _UserMatrix:
         self.size = needed
         self.last_entry_id = max(self.last_entry_id, int(ids[-1]))
 
-    def prepend(self, ids: Sequence[int], kinds: Sequence[int], vectors: Vectors) -> None:
+    def prepend(
+        self, ids: Sequence[int], kinds: Sequence[int], vectors: Vectors, entries: Sequence[Entry]
+    ) -> None:
         """Add older rows (in entry order) in front of those held."""
+        self.entries = [*entries, *self.entries]
         count = len(ids)
         grown = self.size + count
         self._grow(grown, vectors.shape[1], at=count)
@@ -75,6 +90,7 @@ class _UserMatrix:
 
 
 _KIND_CODES = {"turn": 1, "summary": 2, "compaction": 3}
+_CODES = 4  # the codes above and _GONE
 # Up to this many rows (2 ms of the automatic search's window) the product runs on the event
 # loop: two thread hops cost more than that when the machine is busy.
 _ON_THE_LOOP = 25_000
@@ -95,29 +111,42 @@ class _Rows:
     def best(
         self, vector: Vectors, codes: npt.NDArray[np.int8], limit: int
     ) -> list[tuple[int, float]]:
-        """The `limit` rows of these kind codes most similar to `vector`, best first."""
+        """The positions of the `limit` rows of these kind codes most similar to `vector`,
+        best first, with their similarity."""
         scores = self.matrix @ vector
-        scores[~np.isin(self.kinds, codes)] = -np.inf
+        wanted = np.zeros(_CODES, dtype=bool)
+        wanted[codes] = True
+        scores[~wanted[self.kinds]] = -np.inf
         take = min(limit, len(scores))
         best = np.argpartition(-scores, take - 1)[:take]
         best = best[np.argsort(-scores[best])]
-        return [(int(self.ids[i]), float(scores[i])) for i in best if np.isfinite(scores[i])]
+        similarities = scores[best]
+        live = np.isfinite(similarities)
+        return list(zip(best[live].tolist(), similarities[live].tolist(), strict=True))
 
 
-# By primary key only, the user checked on the rows read: with `user_id` in the WHERE clause
-# PostgreSQL would rather walk the user's (user, kind, time) index, tens of milliseconds for a
-# long history, than look up a hundred ids. The ids go as one parameter (an array, a JSON
-# list), so the statement is the same whatever their number: prepared once, planned once.
-_READ_ENTRIES = {
-    "postgresql": text(
-        f"SELECT {ENTRY_COLUMNS}, e.user_id FROM recall_entries e "  # noqa: S608
-        "WHERE e.id = ANY(CAST(:ids AS bigint[]))"
-    ).columns(occurred_at=UTCDateTime()),
-    "sqlite": text(
-        f"SELECT {ENTRY_COLUMNS}, e.user_id FROM recall_entries e "  # noqa: S608
-        "WHERE e.id IN (SELECT value FROM json_each(:ids))"
-    ).columns(occurred_at=UTCDateTime()),
-}
+# A user's vectors of a kind group with their entries: the rows written after a given entry
+# (reading on), or the newest rows before one (a first read, and reading further back). By
+# (user_id, entry_id), and each entry by its primary key.
+_READ = """
+SELECT v.entry_id, v.kind, v.vector, e.session_id, e.source_id, e.seq, e.speaker,
+       e.channel_type, e.occurred_at
+FROM recall_vectors v JOIN recall_entries e ON e.id = v.entry_id
+WHERE v.user_id = :user_id AND v.model = :model AND v.kind IN (__KINDS__) AND __RANGE__
+"""
+_NEWER = "v.entry_id > :after ORDER BY v.entry_id"
+_OLDER = "v.entry_id < :before ORDER BY v.entry_id DESC LIMIT :limit"
+_UNLIMITED = 2**62
+
+
+def _statement(group: str, rows: str) -> TextualSelect:
+    kinds = ", ".join(f"'{kind}'" for kind in _KINDS_OF[group])
+    sql = _READ.replace("__KINDS__", kinds).replace("__RANGE__", rows)
+    return text(sql).columns(occurred_at=UTCDateTime())
+
+
+_READ_NEWER = {group: _statement(group, _NEWER) for group in _KINDS_OF}
+_READ_OLDER = {group: _statement(group, _OLDER) for group in _KINDS_OF}
 
 
 @functools.cache
@@ -130,14 +159,10 @@ def _one_blas_thread() -> None:
     ThreadpoolController().limit(limits=1, user_api="blas")
 
 
-_COLUMNS = (RecallVector.entry_id, RecallVector.kind, RecallVector.vector)
-"""What the in-process index reads of a vector row."""
-
-
 class VectorIndex:
-    """The users' vectors in memory, bounded by `max_rows` in all (1 KB each: 500 MB by
-    default; least recently searched users are forgotten first, and read again when next
-    searched)."""
+    """The users' vectors in memory, with their entries (not their text), bounded by
+    `max_rows` in all (1 KB a vector, about 0.2 KB an entry: 600 MB by default; least
+    recently searched users are forgotten first, and read again when next searched)."""
 
     def __init__(self, embedder: TextEmbedder, *, max_rows: int = 500_000) -> None:
         self.embedder = embedder
@@ -162,11 +187,13 @@ class VectorIndex:
         kinds: Sequence[str],
         limit: int,
         window: int | None = None,
-    ) -> list[tuple[int, float]]:
-        """The ids of the user's entries of these kinds nearest to `vector`, with their cosine
+    ) -> list[IndexedText]:
+        """The user's entries of these kinds nearest to `vector`, scored by their cosine
         similarity, best first; among the `window` most recent of each kind only, if given
-        (a search's cost is then bounded, whatever the history)."""
-        scored: list[tuple[int, float]] = []
+        (a search's cost is then bounded, whatever the history). Entries deleted since they
+        were read may be among them: `RecallIndexRepository.texts` does not find them, and
+        `drop` forgets them."""
+        scored: list[IndexedText] = []
         for group in sorted({_GROUP[kind] for kind in kinds}):
             user = await self._read_on(db, user_id, group, window)
             if user.size == 0 or limit < 1 or not np.any(vector):
@@ -178,35 +205,26 @@ class VectorIndex:
                 user.kinds[first : user.size].copy(),
                 user.matrix[first : user.size],
             )
+            # Positions stay valid: newer entries are appended to this list, older ones make a
+            # new list.
+            entries = user.entries
             if len(rows.ids) <= _ON_THE_LOOP:
-                scored += rows.best(vector, codes, limit)
+                best = rows.best(vector, codes, limit)
             else:
                 # 100 MB for 100,000 entries: in a worker thread (numpy lets the GIL go), so
                 # the event loop serves others meanwhile.
-                scored += await asyncio.to_thread(rows.best, vector, codes, limit)
-        scored.sort(key=lambda found: -found[1])
+                best = await asyncio.to_thread(rows.best, vector, codes, limit)
+            scored += [indexed_text(entries[first + at], similarity) for at, similarity in best]
+        scored.sort(key=lambda entry: -entry.score)
         return scored[:limit]
 
-    async def entries(
-        self, db: AsyncSession, user_id: str, found: Sequence[tuple[int, float]]
-    ) -> list[IndexedText]:
-        """The entries of `nearest`'s result, in its order, scored by similarity; entries
-        deleted since are left out (and forgotten)."""
-        if not found:
-            return []
-        ids = [entry_id for entry_id, _ in found]
-        dialect = db.get_bind().dialect.name
-        rows = await db.execute(
-            _READ_ENTRIES[dialect], {"ids": ids if dialect == "postgresql" else json.dumps(ids)}
-        )
-        by_id = {row[0]: tuple(row)[:-1] for row in rows if row[-1] == user_id}
-        gone = [entry_id for entry_id, _ in found if entry_id not in by_id]
-        if gone:
-            for (user, _), matrix in self._users.items():
-                if user == user_id:
-                    live = matrix.kinds[: matrix.size]
-                    live[np.isin(matrix.ids[: matrix.size], gone)] = _GONE
-        return [indexed_text(by_id[i], score) for i, score in found if i in by_id]
+    def drop(self, user_id: str, entry_ids: Collection[int]) -> None:
+        """Forget these entries of the user's (deleted since they were read)."""
+        gone = np.fromiter(entry_ids, dtype=np.int64)
+        for (user, _), matrix in self._users.items():
+            if user == user_id and len(gone):
+                live = matrix.kinds[: matrix.size]
+                live[np.isin(matrix.ids[: matrix.size], gone)] = _GONE
 
     def held_rows(self, user_id: str) -> int:
         """How many of the user's vectors are in memory (all kind groups)."""
@@ -232,53 +250,73 @@ class VectorIndex:
                     matrix=np.zeros((0, self.embedder.dimensions), dtype=np.float32)
                 )
             self._users.move_to_end(key)
-            mine = (
-                RecallVector.user_id == user_id,
-                RecallVector.kind.in_(_KINDS_OF[group]),
-                RecallVector.model == self.embedder.model_id,
-            )
+            mine = {"user_id": user_id, "model": self.embedder.model_id}
             if user.size == 0:
                 # Newest first, as many as the window: the rows before them are read when a
                 # larger window asks for them.
-                await self._read_back(db, user, mine, window, older=False)
+                await self._read_back(
+                    db, user, group, mine, before=_UNLIMITED, limit=window, older=False
+                )
                 return user
-            newer = select(*_COLUMNS).where(*mine, RecallVector.entry_id > user.last_entry_id)
-            rows = list((await db.execute(newer.order_by(RecallVector.entry_id))).all())
+            newer = await db.execute(_READ_NEWER[group], {**mine, "after": user.last_entry_id})
+            rows = list(newer)
             if rows:
                 self._add(user, rows, older=False)
             missing = None if window is None else window - user.size
             if not user.complete and (missing is None or missing > 0):
-                before = (*mine, RecallVector.entry_id < user.first_entry_id)
-                await self._read_back(db, user, before, missing, older=True)
+                await self._read_back(
+                    db, user, group, mine, before=user.first_entry_id, limit=missing, older=True
+                )
             return user
 
     async def _read_back(
         self,
         db: AsyncSession,
         user: _UserMatrix,
-        conditions: Sequence[ColumnElement[bool]],
-        limit: int | None,
+        group: str,
+        mine: dict[str, str],
         *,
+        before: int,
+        limit: int | None,
         older: bool,
     ) -> None:
-        """Add the newest `limit` rows matching `conditions` (all for None) to the matrix, in
+        """Add the newest `limit` rows before entry `before` (all for None) to the matrix, in
         entry order; the matrix holds all of the user's rows once fewer than asked came."""
-        statement = select(*_COLUMNS).where(*conditions).order_by(RecallVector.entry_id.desc())
-        if limit is not None:
-            statement = statement.limit(limit)
-        rows = list(reversed((await db.execute(statement)).all()))
+        params = {**mine, "before": before, "limit": _UNLIMITED if limit is None else limit}
+        rows = list(reversed(list(await db.execute(_READ_OLDER[group], params))))
         user.complete = limit is None or len(rows) < limit
         if rows:
             self._add(user, rows, older=older)
 
-    def _add(self, user: _UserMatrix, rows: Sequence[Row[int, str, bytes]], *, older: bool) -> None:
-        ids = [row.entry_id for row in rows]
-        kinds = [_KIND_CODES.get(row.kind, _GONE) for row in rows]
-        vectors = decode_vectors([row.vector for row in rows], self.embedder.dimensions)
+    def _add(self, user: _UserMatrix, rows: Sequence[Row[Any]], *, older: bool) -> None:
+        # entry id, kind, vector, then the entry's columns as `_READ` lists them
+        strings = user.strings
+        ids: list[int] = []
+        kinds: list[int] = []
+        entries: list[Entry] = []
+        for row in rows:
+            entry_id, kind, _, session_id, source_id, seq, speaker, channel, occurred_at = tuple(
+                row
+            )
+            ids.append(entry_id)
+            kinds.append(_KIND_CODES.get(kind, _GONE))
+            entries.append(
+                (
+                    entry_id,
+                    strings.setdefault(session_id, session_id),
+                    strings.setdefault(kind, kind),
+                    source_id,
+                    seq,
+                    strings.setdefault(speaker, speaker),
+                    strings.setdefault(channel, channel),
+                    occurred_at,
+                )
+            )
+        vectors = decode_vectors([tuple(row)[2] for row in rows], self.embedder.dimensions)
         if older:
-            user.prepend(ids, kinds, vectors)
+            user.prepend(ids, kinds, vectors, entries)
         else:
-            user.append(ids, kinds, vectors)
+            user.append(ids, kinds, vectors, entries)
         self._evict()
 
     def _evict(self) -> None:

@@ -33,7 +33,7 @@ AT = datetime(2026, 3, 2, tzinfo=UTC)
 
 
 def entry(entry_id: int, score: float) -> IndexedText:
-    return IndexedText(entry_id, "s", "turn", entry_id, entry_id, "a", "web", AT, "", score)
+    return IndexedText(entry_id, "s", "turn", entry_id, entry_id, "a", "web", AT, score)
 
 
 def test_rank_fusion_adds_reciprocal_ranks() -> None:

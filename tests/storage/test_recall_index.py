@@ -46,8 +46,10 @@ async def search(
     database: Database, user_id: str, *terms: str, kinds: tuple[str, ...] = (TURN,), **kw: object
 ) -> list[str]:
     async with database.session() as db:
-        found = await RecallIndexRepository(db).search(user_id, terms, kinds=kinds, **kw)  # type: ignore[arg-type]
-    return [entry.body for entry in found.entries]
+        index = RecallIndexRepository(db)
+        found = await index.search(user_id, terms, kinds=kinds, **kw)  # type: ignore[arg-type]
+        texts = await index.texts(user_id, [entry.entry_id for entry in found.entries])
+    return [texts[entry.entry_id] for entry in found.entries]
 
 
 async def test_every_turn_is_indexed_with_its_speaker_when_written(database: Database) -> None:
@@ -244,10 +246,10 @@ async def bounded(
     database: Database, *terms: str, bound: SearchBound = SMALL
 ) -> tuple[list[str], int]:
     async with database.session() as db:
-        found = await RecallIndexRepository(db).search(
-            "alice", terms, kinds=(TURN,), limit=10, bound=bound
-        )
-    return [entry.body for entry in found.entries], found.examined
+        index = RecallIndexRepository(db)
+        found = await index.search("alice", terms, kinds=(TURN,), limit=10, bound=bound)
+        texts = await index.texts("alice", [entry.entry_id for entry in found.entries])
+    return [texts[entry.entry_id] for entry in found.entries], found.examined
 
 
 async def test_a_search_examines_no_more_than_its_bound_however_long_the_history(

@@ -13,10 +13,11 @@ from typing import ClassVar
 import numpy as np
 import pytest
 from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.database import Database
 from storage.models import RecallVector, SessionCompaction, SessionMessage, SessionSummary
-from storage.recall_entries import COMPACTION, SUMMARY, TURN
+from storage.recall_entries import COMPACTION, SUMMARY, TURN, IndexedText
 from storage.recall_index import RecallIndexRepository
 from storage.recall_vectors import Vectors, rebuild_vectors
 from storage.repositories.compactions import CompactionRepository
@@ -73,7 +74,17 @@ async def nearest(
 ) -> list[str]:
     async with database.session() as db:
         found = await index.nearest(db, user_id, index.embed_query(query), kinds=kinds, limit=3)
-        return [entry.body for entry in await index.entries(db, user_id, found)]
+        return await texts_of(db, index, user_id, found)
+
+
+async def texts_of(
+    db: AsyncSession, index: VectorIndex, user_id: str, found: Sequence[IndexedText]
+) -> list[str]:
+    """The texts of what `nearest` found, as a search reads them for its hits: entries
+    deleted since are left out, and the index forgets them."""
+    texts = await RecallIndexRepository(db).texts(user_id, [entry.entry_id for entry in found])
+    index.drop(user_id, [entry.entry_id for entry in found if entry.entry_id not in texts])
+    return [texts[entry.entry_id] for entry in found if entry.entry_id in texts]
 
 
 @pytest.fixture
@@ -209,7 +220,7 @@ async def test_a_first_search_reads_its_window_and_a_larger_window_reads_further
         async with database.session() as db:
             vector = index.embed_query(query)
             found = await index.nearest(db, "alice", vector, kinds=(TURN,), limit=1, window=window)
-            return [entry.body for entry in await index.entries(db, "alice", found)]
+            return await texts_of(db, index, "alice", found)
 
     # The 3 most recent turns only: the kitten, 8 turns back, is neither read nor found.
     assert await nearest_within("invoice", 3) == ["Pay the bill."]
