@@ -80,9 +80,6 @@ from storage.vector_index import VectorIndex
 log = structlog.stdlib.get_logger(__name__)
 
 
-NEIGHBOUR_SPAN = 3
-"""How far (in sequence numbers) to look for a turn's neighbours: tool calls and results sit
-between turns without being indexed."""
 SUMMARY_CANDIDATES = 50
 
 
@@ -392,13 +389,17 @@ class _Search:
     async def _around(
         self, index: RecallIndexRepository, turns: Sequence[IndexedText]
     ) -> list[IndexedText]:
-        """The turns next to the best candidates (when the ranking spreads scores to them)."""
+        """The best candidates and the turns next to them, one and two away (when the
+        ranking spreads scores to them)."""
         options = self.recall.options
         sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
         if not sources or (options.neighbour_weight <= 0 and options.second_neighbour_weight <= 0):
             return []
         positions = [(t.session_id, t.seq or 0) for t in sources]
-        return await index.turns_around(self.user_id, positions, span=NEIGHBOUR_SPAN)
+        per_side = 2 if options.second_neighbour_weight > 0 else 1
+        found = await index.neighbours(self.user_id, positions, per_side=per_side)
+        # A source may be another's neighbour: each turn once.
+        return list({turn.entry_id: turn for turn in [*sources, *found]}.values())
 
 
 def _hit(entry: IndexedText, score: float, text: str) -> RecallHit:

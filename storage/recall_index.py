@@ -47,10 +47,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
-from storage.column_types import UTCDateTime
 from storage.database import Database
 from storage.models import RecallEntry
-from storage.recall_bm25 import K1, B, has_tokens
+from storage.recall_bm25 import K1, B, has_tokens, prepared
 from storage.recall_entries import (
     ENTRY_COLUMNS,
     KINDS,
@@ -63,8 +62,6 @@ from storage.recall_entries import (
 from storage.recall_postgresql import search_postgresql
 from storage.recall_sqlite import search_sqlite
 
-# Turns near given positions: the windows come as one JSON parameter (a fixed statement, so
-# it is compiled and planned once), each window one index range scan of (session_id, seq).
 # By primary key only, the user checked on the rows read: with `user_id` in the WHERE clause
 # PostgreSQL would rather walk the user's (user, kind, time) index, tens of milliseconds for a
 # long history, than look up a few ids. The ids go as one parameter (an array, a JSON list),
@@ -80,30 +77,53 @@ _TEXTS = {
     ),
 }
 
-_TURNS_AROUND = {
-    "sqlite": f"""
+# The `:per_side` turns before and after each position (by sequence number, whatever lies
+# between them unindexed: tool calls and results). Each side is an index range scan of
+# (session_id, seq) that stops after `:per_side` rows.
+_SQLITE_SIDE = """
+    SELECT (SELECT n.id FROM recall_entries n
+            WHERE n.session_id = json_extract(w.value, '$.session_id')
+              AND n.seq {op} json_extract(w.value, '$.seq') AND n.kind = 'turn'
+            ORDER BY n.seq {order} LIMIT 1 OFFSET {offset}) AS id
+    FROM json_each(:positions) AS w"""
+
+
+def _sqlite_neighbours(per_side: int) -> str:
+    """SQLite has no LATERAL: each side is `per_side` scalar subqueries, the nth turn before
+    or after each position, each an index lookup of (session_id, seq)."""
+    sides = [
+        _SQLITE_SIDE.format(op=op, order=order, offset=offset)
+        for op, order in (("<", "DESC"), (">", "ASC"))
+        for offset in range(per_side)
+    ]
+    # CROSS JOIN keeps the ids the outer loop: each entry read by its primary key (the
+    # planner would rather walk the user's turns and test each against the ids).
+    return f"""
 SELECT {ENTRY_COLUMNS}
-FROM json_each(:windows) AS w
-JOIN recall_entries e ON e.session_id = json_extract(w.value, '$.session_id')
-     AND e.seq BETWEEN json_extract(w.value, '$.low') AND json_extract(w.value, '$.high')
+FROM ({" UNION ".join(sides)}
+) AS near CROSS JOIN recall_entries e ON e.id = near.id
 WHERE e.user_id = :user_id AND e.kind = 'turn'
 ORDER BY e.session_id, e.seq
-""",  # noqa: S608
-    # One index range scan of (session_id, seq) per window (LATERAL, kept apart by OFFSET 0,
-    # the user and kind checked outside it): the planner cannot know how few rows the windows
-    # hold, and would rather hash-join the session's turns or read all the user's.
-    "postgresql": f"""
-SELECT {ENTRY_COLUMNS}
-FROM json_to_recordset(CAST(:windows AS json)) AS w(session_id text, low int, high int)
+"""  # noqa: S608
+
+
+# LATERAL, the user checked outside it: the planner cannot know how few rows each side holds,
+# and would rather hash-join the session's turns or read all the user's.
+_NEIGHBOURS_PG = f"""
+SELECT DISTINCT {ENTRY_COLUMNS}
+FROM json_to_recordset(CAST(:positions AS json)) AS w(session_id text, seq int)
 CROSS JOIN LATERAL (
-    SELECT * FROM recall_entries n
-    WHERE n.session_id = w.session_id AND n.seq BETWEEN w.low AND w.high
-    OFFSET 0
+    (SELECT * FROM recall_entries b
+     WHERE b.session_id = w.session_id AND b.seq < w.seq AND b.kind = 'turn'
+     ORDER BY b.seq DESC LIMIT :per_side)
+    UNION ALL
+    (SELECT * FROM recall_entries a
+     WHERE a.session_id = w.session_id AND a.seq > w.seq AND a.kind = 'turn'
+     ORDER BY a.seq LIMIT :per_side)
 ) AS e
-WHERE e.user_id = :user_id AND e.kind = 'turn'
+WHERE e.user_id = :user_id
 ORDER BY e.session_id, e.seq
-""",  # noqa: S608
-}
+"""  # noqa: S608
 
 # Rebuilding: the same rows the triggers of migration 0002 write, for every source row.
 _SPEAKER = {
@@ -213,28 +233,22 @@ class RecallIndexRepository:
         except SQLAlchemyError as exc:
             raise StorageError(f"recall search failed: {exc.__class__.__name__}") from exc
 
-    async def turns_around(
-        self, user_id: str, positions: Sequence[tuple[str, int]], *, span: int
+    async def neighbours(
+        self, user_id: str, positions: Collection[tuple[str, int]], *, per_side: int = 2
     ) -> list[IndexedText]:
-        """The user's turns within `span` sequence numbers of each (session id, seq), in
-        session and sequence order (score 0)."""
-        if not positions:
+        """The user's `per_side` turns before and after each (session id, seq), in session
+        and sequence order (score 0): the turns next to each, whatever unindexed messages
+        (tool calls and results) lie between them."""
+        if not positions or per_side < 1:
             return []
-        # Overlapping windows merged, then joined as a VALUES list: one index range scan of
-        # (session_id, seq) per window.
-        windows: list[tuple[str, int, int]] = []
-        for session_id, at in sorted(set(positions)):
-            if windows and windows[-1][0] == session_id and at - span <= windows[-1][2]:
-                windows[-1] = (session_id, windows[-1][1], at + span)
-            else:
-                windows.append((session_id, at - span, at + span))
-        statement = text(_TURNS_AROUND[self.dialect]).columns(occurred_at=UTCDateTime())
+        sql = _sqlite_neighbours(per_side) if self.dialect == "sqlite" else _NEIGHBOURS_PG
         result = await self.session.execute(
-            statement,
+            prepared(sql, entries=True),
             {
                 "user_id": user_id,
-                "windows": json.dumps(
-                    [{"session_id": sid, "low": low, "high": high} for sid, low, high in windows]
+                **({} if self.dialect == "sqlite" else {"per_side": per_side}),
+                "positions": json.dumps(
+                    [{"session_id": sid, "seq": seq} for sid, seq in sorted(set(positions))]
                 ),
             },
         )

@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.recall_bm25 import SearchedTerm, idf, rarest, recent_entries, run_scored
+from storage.recall_bm25 import SearchedTerm, idf, prepared, rarest, recent_entries, run_scored
 from storage.recall_entries import ENTRY_COLUMNS, TURN, IndexSearch, Ranking, SearchBound
 
 # The query's lexemes with the number of the user's entries holding each, and the
@@ -120,7 +119,7 @@ async def search_postgresql(
     """
     in_kinds = ", ".join(f"'{kind}'" for kind in kinds)
     statistics = await session.execute(
-        text(_STATISTICS.replace("__KINDS__", in_kinds)),
+        prepared(_STATISTICS.replace("__KINDS__", in_kinds)),
         {"user_id": params["user_id"], "query": " ".join(terms[: bound.considered_terms])},
     )
     collection, total_length = 0.0, 0.0

@@ -20,17 +20,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.recall_bm25 import (
     SearchedTerm,
     has_tokens,
     idf,
+    prepared,
     rarest,
     recent_entries,
     run_scored,
-    with_period,
 )
 from storage.recall_entries import ENTRY_COLUMNS, TURN, IndexSearch, SearchBound
 
@@ -139,7 +138,7 @@ async def search_sqlite(
     }
     counted = (
         await session.execute(
-            with_period(counts_sql),
+            prepared(counts_sql, period=True),
             window_params | {f"match_{n}": match for n, match in matches.items()},
         )
     ).one()
@@ -166,7 +165,7 @@ async def search_sqlite(
     if to_look_up:
         latest = " UNION ALL ".join(_LATEST.format(n=t.key) for t in to_look_up)
         rows = await session.execute(
-            text(latest),
+            prepared(latest),
             {"cap": bound.rare_postings + 1}
             | {
                 f"user_match_{t.key}": _match(user_id, kinds, terms[int(t.key)]) for t in to_look_up

@@ -9,8 +9,8 @@ foreign key) and when its text changes (a trigger). The embedding model is not s
 embedded and dense recall finds nothing.
 
 Search (`VectorIndex`, in `storage.vector_index`): both backends keep the vectors in the
-database and search them in process, as one float32 matrix per user held in memory and read
-on incrementally (the rows
+database and search them in process, as one float32 matrix per user held in memory with the
+entries' columns but their text, and read on incrementally (the rows
 with a larger entry id than the last one read), so a search reads only what was written since
 the previous one; a user's first search reads only its window (the newest `vector_window`
 rows: 20,000 for the automatic search, about 0.6 s, where the whole history of 100,000 took
@@ -20,7 +20,8 @@ thread, set for the process; in a worker thread past `_ON_THE_LOOP` rows): about
 20,000 entries, 5-20 ms for 100,000 on this machine's memory bandwidth. PostgreSQL's
 pgvector would do the same in the server, but the server here does not have it (`CREATE
 EXTENSION vector` fails), and a portable table serves both backends alike. Entries deleted
-since they were read are dropped from the matrix when a search finds them gone; a deleted
+since they were read are dropped from the matrix when a search reading its hits' texts finds
+them gone (`VectorIndex.drop`); a deleted
 user's matrix stays in memory until it is the least recently searched (it is never searched
 again).
 """

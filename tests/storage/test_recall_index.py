@@ -330,3 +330,49 @@ async def test_merging_the_full_text_segments_finds_the_same_and_ends(database: 
     assert not left
     assert await search(database, "alice", "renewal", "invoice", "acme", limit=100) == before
     assert len(before) == 60
+
+
+async def test_the_turns_next_to_a_position_skip_what_is_not_indexed_and_stay_in_the_session(
+    database: Database,
+) -> None:
+    await make_user(database, "alice", "Alice")
+    await make_user(database, "bob", "Bob")
+    # seq 1-8; the tool call and result (seq 4, 5) are not indexed turns.
+    first = await make_session(
+        database,
+        "alice",
+        ("user", "one"),
+        ("assistant", "two"),
+        ("user", "three"),
+        ("tool", "a tool call"),
+        ("tool", "a tool result"),
+        ("assistant", "six"),
+        ("user", "seven"),
+        ("assistant", "eight"),
+    )
+    second = await make_session(database, "alice", ("user", "other one"), ("user", "other two"))
+    bobs = await make_session(database, "bob", ("user", "bob one"), ("user", "bob two"))
+
+    async def next_to(user_id: str, *positions: tuple[str, int], per_side: int = 2) -> list[str]:
+        async with database.session() as db:
+            index = RecallIndexRepository(db)
+            found = await index.neighbours(user_id, positions, per_side=per_side)
+            texts = await index.texts(user_id, [entry.entry_id for entry in found])
+        assert [(e.session_id, e.seq) for e in found] == sorted(
+            (e.session_id, e.seq) for e in found
+        )
+        return [texts[entry.entry_id] for entry in found]
+
+    # Two on each side of "six" (seq 6), across the tool messages; none from the other session.
+    assert await next_to("alice", (first, 6)) == ["two", "three", "seven", "eight"]
+    assert await next_to("alice", (first, 6), per_side=1) == ["three", "seven"]
+    # Near the start of a session, and overlapping positions, each turn once.
+    assert await next_to("alice", (first, 1), (first, 2)) == ["one", "two", "three", "six"]
+    assert sorted(await next_to("alice", (second, 1), (first, 8))) == [
+        "other two",
+        "seven",
+        "six",
+    ]
+    # Another user's session is not found through a position, however it is named.
+    assert await next_to("alice", (bobs, 1)) == []
+    assert await next_to("alice") == []
