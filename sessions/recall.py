@@ -50,6 +50,7 @@ import itertools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import structlog
@@ -141,59 +142,7 @@ class RecallSearch:
             until=until,
             bounds=bounds,
         )
-        turns, summaries, around = await search.read()
-        sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
-        scores = {turn.entry_id: turn.score for turn in turns}
-        entries = {turn.entry_id: turn for turn in [*around, *turns]}
-        if around:
-            scores = spread_to_neighbours(
-                scores,
-                sources,
-                around,
-                since,
-                until,
-                neighbour_weight=options.neighbour_weight,
-                second_neighbour_weight=options.second_neighbour_weight,
-            )
-        scores = boost_named_speakers(scores, entries, terms, options.speaker_boost)
-        scores = boost_by_summaries(scores, entries, summaries, options.summary_weight)
-        ranked: list[tuple[IndexedText, float]] = []
-        if "turn" in kinds:
-            ranked += [(entries[i], score) for i, score in scores.items()]
-        if "summary" in kinds:
-            ranked += [(summary, summary.score) for summary in summaries]
-        ranked.sort(key=lambda found: (-found[1], found[0].kind != TURN, found[0].occurred_at))
-        return await self._hits(user_id, ranked, exclusions, limit)
-
-    async def _hits(
-        self,
-        user_id: str,
-        ranked: Sequence[tuple[IndexedText, float]],
-        exclusions: RecallExclusions,
-        limit: int,
-    ) -> list[RecallHit]:
-        """The first `limit` of the ranked entries that are not excluded, with their texts,
-        read for these only (in a read-only transaction of its own). An entry deleted since
-        it was found is left out, and the next one taken."""
-        hits: list[RecallHit] = []
-        wanted = (found for found in ranked if not exclusions.excludes(found[0]))
-        while len(hits) < limit:
-            chosen = list(itertools.islice(wanted, limit - len(hits)))
-            if not chosen:
-                break
-            async with self.database.reading() as session:
-                texts = await RecallIndexRepository(session).texts(
-                    user_id, [entry.entry_id for entry, _ in chosen]
-                )
-            gone = [entry.entry_id for entry, _ in chosen if entry.entry_id not in texts]
-            if gone and self.vectors is not None:
-                self.vectors.drop(user_id, gone)
-            hits += [
-                _hit(entry, score, texts[entry.entry_id])
-                for entry, score in chosen
-                if entry.entry_id in texts
-            ]
-        return hits
+        return await search.find(exclusions)
 
     def _query_vector(self, query: str) -> Vectors | None:
         if self.vectors is None or not self.options.dense:
@@ -218,39 +167,106 @@ class _Search:
     until: datetime | None
     bounds: RecallBounds
 
-    async def read(self) -> tuple[list[IndexedText], list[IndexedText], list[IndexedText]]:
-        """The candidate turns, the summaries, and the turns around the best candidates.
+    async def find(self, exclusions: RecallExclusions) -> list[RecallHit]:
+        """The hits: the candidates read and ranked, and the texts of the best.
 
         The turns (and then the turns around the best of them) and the summaries are read
         side by side, each in a read-only transaction on a connection of its own (on SQLite
         too: such transactions take no lock, and each connection runs in a thread of its
-        own). Neither waits for a second connection while it holds one, so a busy pool only
-        queues them.
+        own). Whichever ends second ranks both and reads the hits' texts in its own
+        transaction. Neither waits for anything while it holds its connection (not for a
+        second one, nor for the other), so a busy pool only queues them.
         """
         database = self.recall.database
-        with_summaries = self.recall.options.summary_weight > 0 or "summary" in self.kinds
+        read: dict[str, Any] = {}
+        if not (self.recall.options.summary_weight > 0 or "summary" in self.kinds):
+            read["summaries"] = []
 
-        async def turns_apart() -> tuple[list[IndexedText], list[IndexedText]]:
-            async with database.reading() as session:
-                return await self.turns_and_around(session)
+        async def then_rank_if_last(session: AsyncSession) -> None:
+            # No await between a half's result and this check: exactly one half sees both.
+            if "turns" in read and "summaries" in read:
+                turns, around = read["turns"]
+                ranked = self.rank(turns, read["summaries"], around)
+                read["hits"] = await self.hits(session, ranked, exclusions)
 
-        async def summaries_apart() -> list[IndexedText]:
-            if not with_summaries:
-                return []
+        async def turns_apart() -> None:
             async with database.reading() as session:
-                return await self.summaries(session)
+                read["turns"] = await self.turns_and_around(session)
+                await then_rank_if_last(session)
+
+        async def summaries_apart() -> None:
+            if "summaries" in read:
+                return
+            async with database.reading() as session:
+                read["summaries"] = await self.summaries(session)
+                await then_rank_if_last(session)
 
         # Both end before a failure of either is raised: no read is left running on its own
         # (and holding a connection) after the search has failed.
-        turns_read, summaries_read = await asyncio.gather(
-            turns_apart(), summaries_apart(), return_exceptions=True
-        )
-        if isinstance(turns_read, BaseException):
-            raise turns_read
-        if isinstance(summaries_read, BaseException):
-            raise summaries_read
-        turns, around = turns_read
-        return turns, summaries_read, around
+        ended = await asyncio.gather(turns_apart(), summaries_apart(), return_exceptions=True)
+        for outcome in ended:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        hits: list[RecallHit] = read["hits"]
+        return hits
+
+    def rank(
+        self, turns: list[IndexedText], summaries: list[IndexedText], around: list[IndexedText]
+    ) -> list[tuple[IndexedText, float]]:
+        """Every candidate of the kinds asked for, best first, with its final score: the
+        turns' fused scores spread to their neighbours and boosted (speakers named,
+        summaries matched), the summaries' own."""
+        options = self.recall.options
+        sources = [t for t in turns[: options.neighbour_sources] if t.seq is not None]
+        scores = {turn.entry_id: turn.score for turn in turns}
+        entries = {turn.entry_id: turn for turn in [*around, *turns]}
+        if around:
+            scores = spread_to_neighbours(
+                scores,
+                sources,
+                around,
+                self.since,
+                self.until,
+                neighbour_weight=options.neighbour_weight,
+                second_neighbour_weight=options.second_neighbour_weight,
+            )
+        scores = boost_named_speakers(scores, entries, self.terms, options.speaker_boost)
+        scores = boost_by_summaries(scores, entries, summaries, options.summary_weight)
+        ranked: list[tuple[IndexedText, float]] = []
+        if "turn" in self.kinds:
+            ranked += [(entries[i], score) for i, score in scores.items()]
+        if "summary" in self.kinds:
+            ranked += [(summary, summary.score) for summary in summaries]
+        ranked.sort(key=lambda found: (-found[1], found[0].kind != TURN, found[0].occurred_at))
+        return ranked
+
+    async def hits(
+        self,
+        session: AsyncSession,
+        ranked: Sequence[tuple[IndexedText, float]],
+        exclusions: RecallExclusions,
+    ) -> list[RecallHit]:
+        """The first `limit` of the ranked entries that are not excluded, with their texts,
+        read for these only. An entry deleted since it was found is left out (and forgotten
+        by the vector index), and the next one taken."""
+        index = RecallIndexRepository(session)
+        vectors = self.recall.vectors
+        hits: list[RecallHit] = []
+        wanted = (found for found in ranked if not exclusions.excludes(found[0]))
+        while len(hits) < self.limit:
+            chosen = list(itertools.islice(wanted, self.limit - len(hits)))
+            if not chosen:
+                break
+            texts = await index.texts(self.user_id, [entry.entry_id for entry, _ in chosen])
+            gone = [entry.entry_id for entry, _ in chosen if entry.entry_id not in texts]
+            if gone and vectors is not None:
+                vectors.drop(self.user_id, gone)
+            hits += [
+                _hit(entry, score, texts[entry.entry_id])
+                for entry, score in chosen
+                if entry.entry_id in texts
+            ]
+        return hits
 
     async def turns_and_around(
         self, session: AsyncSession

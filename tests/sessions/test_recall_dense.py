@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy import event
 
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import SessionEngine
@@ -25,6 +26,7 @@ from sessions.recall_values import RecallOptions
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_entries import IndexedText
+from storage.repositories.sessions import SessionRepository
 from storage.vector_index import VectorIndex
 from tests.sessions.test_recall import conversation
 
@@ -133,3 +135,34 @@ async def test_switching_dense_recall_off_stops_embedding_and_vector_search(
     engine.reconfigure(engine.settings, on)
     assert database.embedder is engine.embedder
     assert engine.recall.vectors is engine.vectors
+
+
+@needs_model
+async def test_a_hit_deleted_after_the_vectors_were_read_is_left_out_and_the_next_taken(
+    database: Database,
+) -> None:
+    embedder = installed_embedder()
+    assert embedder is not None
+    database.use_embedder(embedder)
+    gone, _ = await conversation(
+        database, [("Alice", "My puppy chewed through the sofa cushions again.")]
+    )
+    _, kept = await conversation(
+        database, [("Alice", "The kitten scratched the armchair to shreds.")], day=1
+    )
+    index = VectorIndex(embedder)
+    hybrid = RecallSearch(database, vectors=index)
+    question = "which pet damaged the couch?"
+    first = await hybrid.search("alice", question, 2, kinds=("turn",))
+    assert [hit.session_id for hit in first][:1] == [gone]
+    assert len(first) == 2
+    # The vector index still holds the deleted session's turn: its text is gone, so it is
+    # no hit, and the next candidate takes its place.
+    async with database.session() as db:
+        assert await SessionRepository(db).delete(gone)
+    transactions = []
+    event.listen(database.engine.sync_engine, "begin", transactions.append)
+    found = await hybrid.search("alice", question, 1, kinds=("turn",))
+    assert [hit.message_id for hit in found] == kept
+    # Two read-only transactions side by side; the second to end ranks and reads the texts.
+    assert len(transactions) == 2
