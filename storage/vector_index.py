@@ -127,26 +127,43 @@ class _Rows:
 
 # A user's vectors of a kind group with their entries: the rows written after a given entry
 # (reading on), or the newest rows before one (a first read, and reading further back). By
-# (user_id, entry_id), and each entry by its primary key.
-_READ = """
+# (user_id, entry_id), and each entry by its primary key: the vectors drive (PostgreSQL's
+# LATERAL kept apart by OFFSET 0, SQLite's CROSS JOIN), since a merge join on the entries'
+# primary key would walk every user's entries written since the oldest one read.
+_READ = {
+    "postgresql": """
 SELECT v.entry_id, v.kind, v.vector, e.session_id, e.source_id, e.seq, e.speaker,
        e.channel_type, e.occurred_at
-FROM recall_vectors v JOIN recall_entries e ON e.id = v.entry_id
+FROM recall_vectors v CROSS JOIN LATERAL (
+    SELECT n.session_id, n.source_id, n.seq, n.speaker, n.channel_type, n.occurred_at
+    FROM recall_entries n WHERE n.id = v.entry_id OFFSET 0
+) AS e
 WHERE v.user_id = :user_id AND v.model = :model AND v.kind IN (__KINDS__) AND __RANGE__
-"""
+""",
+    "sqlite": """
+SELECT v.entry_id, v.kind, v.vector, e.session_id, e.source_id, e.seq, e.speaker,
+       e.channel_type, e.occurred_at
+FROM recall_vectors v CROSS JOIN recall_entries e ON e.id = v.entry_id
+WHERE v.user_id = :user_id AND v.model = :model AND v.kind IN (__KINDS__) AND __RANGE__
+""",
+}
 _NEWER = "v.entry_id > :after ORDER BY v.entry_id"
 _OLDER = "v.entry_id < :before ORDER BY v.entry_id DESC LIMIT :limit"
 _UNLIMITED = 2**62
 
 
-def _statement(group: str, rows: str) -> TextualSelect:
+def _statement(dialect: str, group: str, rows: str) -> TextualSelect:
     kinds = ", ".join(f"'{kind}'" for kind in _KINDS_OF[group])
-    sql = _READ.replace("__KINDS__", kinds).replace("__RANGE__", rows)
+    sql = _READ[dialect].replace("__KINDS__", kinds).replace("__RANGE__", rows)
     return text(sql).columns(occurred_at=UTCDateTime())
 
 
-_READ_NEWER = {group: _statement(group, _NEWER) for group in _KINDS_OF}
-_READ_OLDER = {group: _statement(group, _OLDER) for group in _KINDS_OF}
+_READ_NEWER = {
+    (dialect, group): _statement(dialect, group, _NEWER) for dialect in _READ for group in _KINDS_OF
+}
+_READ_OLDER = {
+    (dialect, group): _statement(dialect, group, _OLDER) for dialect in _READ for group in _KINDS_OF
+}
 
 
 @functools.cache
@@ -258,7 +275,10 @@ class VectorIndex:
                     db, user, group, mine, before=_UNLIMITED, limit=window, older=False
                 )
                 return user
-            newer = await db.execute(_READ_NEWER[group], {**mine, "after": user.last_entry_id})
+            dialect = db.get_bind().dialect.name
+            newer = await db.execute(
+                _READ_NEWER[dialect, group], {**mine, "after": user.last_entry_id}
+            )
             rows = list(newer)
             if rows:
                 self._add(user, rows, older=False)
@@ -283,7 +303,8 @@ class VectorIndex:
         """Add the newest `limit` rows before entry `before` (all for None) to the matrix, in
         entry order; the matrix holds all of the user's rows once fewer than asked came."""
         params = {**mine, "before": before, "limit": _UNLIMITED if limit is None else limit}
-        rows = list(reversed(list(await db.execute(_READ_OLDER[group], params))))
+        statement = _READ_OLDER[db.get_bind().dialect.name, group]
+        rows = list(reversed(list(await db.execute(statement, params))))
         user.complete = limit is None or len(rows) < limit
         if rows:
             self._add(user, rows, older=older)
