@@ -82,6 +82,9 @@ log = structlog.stdlib.get_logger(__name__)
 
 
 SUMMARY_CANDIDATES = 50
+_SCORED_APART = 4_000
+"""From this many vectors on, the turns' are scored in another thread while the words are
+looked up (below it, the thread's hop costs more than it saves)."""
 
 
 class RecallSearch:
@@ -282,10 +285,19 @@ class _Search:
             options.ranking,
             self.bounds.turns,
         )
-        turns = await query.run(index, self.user_id, self.terms)
+        early = await self._nearest_turns_early(session)
+        try:
+            turns = await query.run(index, self.user_id, self.terms)
+        except BaseException:
+            if early is not None:
+                early.cancel()
+            raise
         vector = self._turns_vector(turns)
         if vector is not None:
-            turns = await self._fuse(session, turns, vector, (TURN,), second_hop=options.second_hop)
+            nearest = self._kept(await early) if early is not None else None
+            turns = await self._fuse(
+                session, turns, vector, (TURN,), second_hop=options.second_hop, nearest=nearest
+            )
         if options.word_hop > 0 and turns:
             turns = await self._word_hop(index, query, turns)
         return turns, await self._around(index, turns)
@@ -347,13 +359,15 @@ class _Search:
         kinds: tuple[str, ...],
         *,
         second_hop: int,
+        nearest: list[IndexedText] | None = None,
     ) -> list[IndexedText]:
         """The full-text candidates fused with the nearest vectors (and, for multi-hop
         questions, with the vectors nearest to the question and its first hits together)."""
         options = self.recall.options
         vectors = self.recall.vectors
         assert vectors is not None  # the caller checked
-        nearest = await self._nearest(session, vector, kinds)
+        if nearest is None:
+            nearest = await self._nearest(session, vector, kinds)
         rankings = [(found, 1.0), (nearest, options.dense_weight)]
         fused = self._fused(rankings)
         if second_hop > 0 and fused:
@@ -375,6 +389,26 @@ class _Search:
             return fuse_scores(rankings)
         return fuse_ranks(rankings, options.rrf_k)
 
+    async def _nearest_turns_early(
+        self, session: AsyncSession
+    ) -> asyncio.Future[list[IndexedText]] | None:
+        """The turns nearest to the question, scored in another thread while the words are
+        looked up (a product of 20,000 vectors takes a millisecond or two, and the event loop
+        has the words' rows to read meanwhile); None when the vector depends on what the
+        words find (`dense_without_names`), or there is no vector."""
+        vectors = self.recall.vectors
+        if self.vector is None or vectors is None or self.recall.options.dense_without_names:
+            return None
+        scorer = await vectors.scorer(
+            session, self.user_id, kinds=(TURN,), window=self.bounds.turns.vector_window
+        )
+        limit = self._dense_limit((TURN,))
+        if scorer.rows < _SCORED_APART:
+            done: asyncio.Future[list[IndexedText]] = asyncio.get_running_loop().create_future()
+            done.set_result(scorer.nearest(self.vector, limit))
+            return done
+        return asyncio.ensure_future(asyncio.to_thread(scorer.nearest, self.vector, limit))
+
     async def _nearest(
         self, session: AsyncSession, vector: Vectors, kinds: tuple[str, ...]
     ) -> list[IndexedText]:
@@ -386,13 +420,18 @@ class _Search:
             self.user_id,
             vector,
             kinds=kinds,
-            # As many summaries as the full-text search reads: about one a session.
-            limit=max(
-                self.recall.options.dense_candidates if TURN in kinds else SUMMARY_CANDIDATES,
-                self.limit,
-            ),
+            limit=self._dense_limit(kinds),
             window=bound.vector_window,
         )
+        return self._kept(found)
+
+    def _dense_limit(self, kinds: tuple[str, ...]) -> int:
+        # As many summaries as the full-text search reads: about one a session.
+        options = self.recall.options
+        return max(options.dense_candidates if TURN in kinds else SUMMARY_CANDIDATES, self.limit)
+
+    def _kept(self, found: list[IndexedText]) -> list[IndexedText]:
+        """The vector candidates similar enough, written within the period."""
         floor = self.recall.options.dense_min_similarity
         return [
             entry

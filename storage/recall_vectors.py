@@ -16,7 +16,8 @@ the previous one; a user's first search reads only its window (the newest `vecto
 rows: 20,000 for the automatic search, about 0.6 s, where the whole history of 100,000 took
 2-5 s), and a larger window later reads the older rows it lacks. It scores the user's most
 recent entries (the search bound's `vector_window`) with one matrix product (one BLAS
-thread, set for the process; in a worker thread past `_ON_THE_LOOP` rows): about 1 ms for
+thread, set for the process; in a worker thread past `_ON_THE_LOOP` rows, and the automatic
+search scores the turns in one while it reads their words: `VectorIndex.scorer`): about 1 ms for
 20,000 entries, 5-20 ms for 100,000 on this machine's memory bandwidth. PostgreSQL's
 pgvector would do the same in the server, but the server here does not have it (`CREATE
 EXTENSION vector` fails), and a portable table serves both backends alike. Entries deleted

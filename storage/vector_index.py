@@ -125,6 +125,44 @@ class _Rows:
         return list(zip(best[live].tolist(), similarities[live].tolist(), strict=True))
 
 
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One kind group's rows of a `Scorer`, and their entries from position `first` on."""
+
+    rows: _Rows
+    entries: list[Entry]
+    first: int
+
+
+@dataclass(frozen=True, slots=True)
+class Scorer:
+    """A user's vectors as a search found them (`VectorIndex.scorer`): scoring them reads no
+    database and touches nothing the event loop changes, so it may run in another thread."""
+
+    parts: tuple[_Part, ...]
+    codes: npt.NDArray[np.int8]
+
+    @property
+    def rows(self) -> int:
+        """How many vectors a query is scored against."""
+        return sum(len(part.rows.ids) for part in self.parts)
+
+    def nearest(self, vector: Vectors, limit: int) -> list[IndexedText]:
+        """The `limit` entries nearest to `vector`, scored by cosine similarity, best first."""
+        if limit < 1 or not np.any(vector):
+            return []
+        scored: list[IndexedText] = []
+        for part in self.parts:
+            if len(part.rows.ids):
+                best = part.rows.best(vector, self.codes, limit)
+                scored += [
+                    indexed_text(part.entries[part.first + at], similarity)
+                    for at, similarity in best
+                ]
+        scored.sort(key=lambda entry: -entry.score)
+        return scored[:limit]
+
+
 # A user's vectors of a kind group with their entries: the rows written after a given entry
 # (reading on), or the newest rows before one (a first read, and reading further back). By
 # (user_id, entry_id), and each entry by its primary key: the vectors drive (PostgreSQL's
@@ -210,13 +248,28 @@ class VectorIndex:
         (a search's cost is then bounded, whatever the history). Entries deleted since they
         were read may be among them: `RecallIndexRepository.texts` does not find them, and
         `drop` forgets them."""
-        scored: list[IndexedText] = []
+        scorer = await self.scorer(db, user_id, kinds=kinds, window=window)
+        if scorer.rows <= _ON_THE_LOOP:
+            return scorer.nearest(vector, limit)
+        # 100 MB for 100,000 entries: in a worker thread (numpy lets the GIL go), so the
+        # event loop serves others meanwhile.
+        return await asyncio.to_thread(scorer.nearest, vector, limit)
+
+    async def scorer(
+        self,
+        db: AsyncSession,
+        user_id: str,
+        *,
+        kinds: Sequence[str],
+        window: int | None = None,
+    ) -> Scorer:
+        """The user's entries of these kinds, read on (see `nearest`), to be scored by a
+        `Scorer`: on the event loop or in another thread, while the search reads on."""
+        parts: list[_Part] = []
+        codes = np.array([_KIND_CODES[kind] for kind in kinds], dtype=np.int8)
         for group in sorted({_GROUP[kind] for kind in kinds}):
             user = await self._read_on(db, user_id, group, window)
-            if user.size == 0 or limit < 1 or not np.any(vector):
-                continue
             first = 0 if window is None else max(user.size - window, 0)
-            codes = np.array([_KIND_CODES[kind] for kind in kinds], dtype=np.int8)
             rows = _Rows(
                 user.ids[first : user.size].copy(),
                 user.kinds[first : user.size].copy(),
@@ -224,16 +277,8 @@ class VectorIndex:
             )
             # Positions stay valid: newer entries are appended to this list, older ones make a
             # new list.
-            entries = user.entries
-            if len(rows.ids) <= _ON_THE_LOOP:
-                best = rows.best(vector, codes, limit)
-            else:
-                # 100 MB for 100,000 entries: in a worker thread (numpy lets the GIL go), so
-                # the event loop serves others meanwhile.
-                best = await asyncio.to_thread(rows.best, vector, codes, limit)
-            scored += [indexed_text(entries[first + at], similarity) for at, similarity in best]
-        scored.sort(key=lambda entry: -entry.score)
-        return scored[:limit]
+            parts.append(_Part(rows, user.entries, first))
+        return Scorer(tuple(parts), codes)
 
     def drop(self, user_id: str, entry_ids: Collection[int]) -> None:
         """Forget these entries of the user's (deleted since they were read)."""
