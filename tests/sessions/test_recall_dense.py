@@ -5,15 +5,18 @@ full-text and vector rankings keeps what either found."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from sqlalchemy import event
 
+import sessions.recall
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import SessionEngine
 from sessions.engine_values import EngineSettings, RecallSettings
@@ -27,7 +30,7 @@ from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_entries import IndexedText
 from storage.repositories.sessions import SessionRepository
-from storage.vector_index import VectorIndex
+from storage.vector_index import Scorer, VectorIndex
 from tests.sessions.test_recall import conversation
 
 needs_model = pytest.mark.skipif(model_files() is None, reason="the recall model is not installed")
@@ -166,3 +169,36 @@ async def test_a_hit_deleted_after_the_vectors_were_read_is_left_out_and_the_nex
     assert [hit.message_id for hit in found] == kept
     # Two read-only transactions side by side; the second to end ranks and reads the texts.
     assert len(transactions) == 2
+
+
+@needs_model
+async def test_the_turns_vectors_are_scored_off_the_event_loop_with_the_same_hits(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedder = installed_embedder()
+    assert embedder is not None
+    database.use_embedder(embedder)
+    await conversation(
+        database,
+        [
+            ("Alice", "My puppy chewed through the sofa cushions again."),
+            ("assistant", "Oh no, that sounds frustrating."),
+            ("Alice", "The quarterly tax filing is due next week."),
+        ],
+    )
+    question = "which pet damaged the couch?"
+    inline = await RecallSearch(database, vectors=VectorIndex(embedder)).search("alice", question)
+    scored_in: list[int] = []
+    nearest = Scorer.nearest
+
+    def recorded(scorer: Scorer, *args: Any) -> list[IndexedText]:
+        scored_in.append(threading.get_ident())
+        return nearest(scorer, *args)
+
+    monkeypatch.setattr(Scorer, "nearest", recorded)
+    monkeypatch.setattr(sessions.recall, "_SCORED_APART", 1)  # a user this small too
+    apart = await RecallSearch(database, vectors=VectorIndex(embedder)).search("alice", question)
+    assert apart == inline
+    loop = threading.get_ident()
+    assert loop in scored_in  # the few summaries', on the event loop
+    assert any(thread != loop for thread in scored_in)  # the turns', in a worker thread
