@@ -227,6 +227,9 @@ class VectorIndex:
         # few summaries does not read the many turns.
         self._users: OrderedDict[tuple[str, str], _UserMatrix] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # The rows of all matrices: kept as they change, not summed over every user held at
+        # every read (a read on adds a few rows to one user's matrix at every turn).
+        self._held = 0
 
     def embed_query(self, query: str) -> Vectors:
         """The query's vector."""
@@ -295,7 +298,7 @@ class VectorIndex:
     def forget(self, user_id: str | None = None) -> None:
         """Drop a user's matrices (or everyone's): the next search reads them again."""
         for key in [key for key in self._users if user_id is None or key[0] == user_id]:
-            del self._users[key]
+            self._held -= self._users.pop(key).size
 
     async def _read_on(
         self, db: AsyncSession, user_id: str, group: str, window: int | None
@@ -383,10 +386,10 @@ class VectorIndex:
             user.prepend(ids, kinds, vectors, entries)
         else:
             user.append(ids, kinds, vectors, entries)
+        self._held += len(ids)
         self._evict()
 
     def _evict(self) -> None:
-        total = sum(user.size for user in self._users.values())
-        while total > self.max_rows and len(self._users) > 1:
+        while self._held > self.max_rows and len(self._users) > 1:
             _, dropped = self._users.popitem(last=False)
-            total -= dropped.size
+            self._held -= dropped.size

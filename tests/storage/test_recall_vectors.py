@@ -233,3 +233,27 @@ async def test_a_first_search_reads_its_window_and_a_larger_window_reads_further
     await make_session(database, "alice", ("user", "The cat is back."))
     assert await nearest_within("cat", None) == ["The cat is back."]
     assert index.held_rows("alice") == 9
+
+
+async def test_the_least_recently_searched_users_are_forgotten_past_the_memory_bound(
+    database: Database, embedder: ConceptEmbedder
+) -> None:
+    for user in ("alice", "bob", "carol"):
+        await make_user(database, user, user.title())
+        await make_session(database, user, ("user", "My car."), ("user", "The invoice."))
+    index = VectorIndex(embedder, max_rows=5)
+    await nearest(database, index, "alice", "car")
+    await nearest(database, index, "bob", "car")
+    assert (index.held_rows("alice"), index.held_rows("bob")) == (2, 2)
+    await nearest(database, index, "alice", "car")  # alice is now the most recent
+    await nearest(database, index, "carol", "car")  # 6 rows: bob goes
+    assert [index.held_rows(user) for user in ("alice", "bob", "carol")] == [2, 0, 2]
+    await nearest(database, index, "bob", "car")  # read again: alice goes
+    assert [index.held_rows(user) for user in ("alice", "bob", "carol")] == [0, 2, 2]
+    # A forgotten user's rows no longer count; rows a user gains do.
+    index.forget("bob")
+    await make_session(database, "alice", ("user", "A vehicle."))
+    await nearest(database, index, "alice", "car")
+    assert [index.held_rows(user) for user in ("alice", "bob", "carol")] == [3, 0, 2]
+    assert (await nearest(database, index, "bob", "car"))[0] == "My car."  # carol goes
+    assert [index.held_rows(user) for user in ("alice", "bob", "carol")] == [3, 2, 0]
