@@ -157,7 +157,8 @@ class RecallSearch:
 @dataclass(frozen=True, slots=True)
 class _Search:
     """One search's reads: the candidates of each kind (full-text, and vectors when there is
-    a query vector, fused), and the turns around the best candidate turns."""
+    a query vector, fused), the turns next to the best candidate turns, and the ranking and
+    texts of the hits."""
 
     recall: RecallSearch
     user_id: str
@@ -173,7 +174,7 @@ class _Search:
     async def find(self, exclusions: RecallExclusions) -> list[RecallHit]:
         """The hits: the candidates read and ranked, and the texts of the best.
 
-        The turns (and then the turns around the best of them) and the summaries are read
+        The turns (and then the turns next to the best of them) and the summaries are read
         side by side, each in a read-only transaction on a connection of its own (on SQLite
         too: such transactions take no lock, and each connection runs in a thread of its
         own). Whichever ends second ranks both and reads the hits' texts in its own

@@ -2,7 +2,8 @@
 
 The rows (`recall_entries`) are written by database triggers (migrations 0002 and 0003);
 this module owns the repository that reads them (`RecallIndexRepository`: a bounded search,
-the turns around given positions) and rebuilds them on request (`gateway recall reindex`).
+the turns next to given positions, the texts of chosen entries) and rebuilds them on request
+(`gateway recall reindex`).
 The values it takes and returns are in `storage.recall_entries`; the search statements are
 each backend's (`storage.recall_postgresql`, `storage.recall_sqlite`), on the BM25 scoring
 they share (`storage.recall_bm25`).
