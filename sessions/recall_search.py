@@ -39,9 +39,6 @@ from storage.recall_vectors import Vectors
 from storage.vector_index import VectorIndex
 
 SUMMARY_CANDIDATES = 50
-SCORED_APART = 4_000
-"""From this many vectors on, the turns' are scored in another thread while the words are
-looked up (below it, the thread's hop costs more than it saves)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,12 +291,7 @@ class OneSearch:
         scorer = await vectors.scorer(
             session, self.user_id, kinds=(TURN,), window=self.bounds.turns.vector_window
         )
-        limit = self._dense_limit((TURN,))
-        if scorer.rows < SCORED_APART:
-            done: asyncio.Future[list[IndexedText]] = asyncio.get_running_loop().create_future()
-            done.set_result(scorer.nearest(self.vector, limit))
-            return done
-        return asyncio.ensure_future(asyncio.to_thread(scorer.nearest, self.vector, limit))
+        return scorer.start(self.vector, self._dense_limit((TURN,)))
 
     async def _nearest(
         self, session: AsyncSession, vector: Vectors, kinds: tuple[str, ...]

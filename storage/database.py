@@ -171,11 +171,8 @@ class Database:
         The driver's errors leave as `StorageError` (the cause chained), so no layer above
         `storage` needs to know SQLAlchemy's exception classes.
         """
-        try:
-            async with self.sessionmaker() as session, session.begin():
-                yield session
-        except SQLAlchemyError as exc:
-            raise StorageError(f"database error: {_first_line(exc)}") from exc
+        async with _transaction(self.sessionmaker) as session:
+            yield session
 
     @asynccontextmanager
     async def single(self) -> AsyncIterator[AsyncSession]:
@@ -186,11 +183,8 @@ class Database:
         own, so this is only for one; a second one in the session would commit separately.
         On SQLite it is `session`.
         """
-        try:
-            async with self._single() as session, session.begin():
-                yield session
-        except SQLAlchemyError as exc:
-            raise StorageError(f"database error: {_first_line(exc)}") from exc
+        async with _transaction(self._single) as session:
+            yield session
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncSession]:
@@ -198,11 +192,8 @@ class Database:
         transaction is deferred: it takes no write lock, so it neither waits for the writer
         nor keeps it waiting (not for writes: one could fail at once on a busy database, see
         `_sqlite_begin`); on PostgreSQL it is `session`."""
-        try:
-            async with self._reading() as session, session.begin():
-                yield session
-        except SQLAlchemyError as exc:
-            raise StorageError(f"database error: {_first_line(exc)}") from exc
+        async with _transaction(self._reading) as session:
+            yield session
 
     async def ping(self, *, within_seconds: float = 2.0) -> None:
         """Run `SELECT 1`; raises `StorageError` with the cause when the database is unusable."""
@@ -271,3 +262,16 @@ def _first_line(exc: BaseException) -> str:
     original = getattr(exc, "orig", None) or exc
     message = str(original).strip().splitlines()
     return message[0] if message else type(original).__name__
+
+
+@asynccontextmanager
+async def _transaction(
+    maker: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[AsyncSession]:
+    """A session of `maker` in one transaction: committed on success, rolled back on error;
+    the driver's errors leave as `StorageError`, the cause chained."""
+    try:
+        async with maker() as session, session.begin():
+            yield session
+    except SQLAlchemyError as exc:
+        raise StorageError(f"database error: {_first_line(exc)}") from exc

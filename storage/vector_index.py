@@ -94,6 +94,9 @@ _CODES = 4  # the codes above and _GONE
 # Up to this many rows (2 ms of the automatic search's window) the product runs on the event
 # loop: two thread hops cost more than that when the machine is busy.
 _ON_THE_LOOP = 25_000
+# From this many rows on, a product started ahead of need (`Scorer.start`) runs in a worker
+# thread, overlapping what the event loop does meanwhile.
+_OVERLAPPED = 4_000
 _GONE = 0
 _GROUP = {"turn": "turns", "summary": "summaries", "compaction": "summaries"}
 _KINDS_OF = {"turns": ("turn",), "summaries": ("summary", "compaction")}
@@ -146,6 +149,16 @@ class Scorer:
     def rows(self) -> int:
         """How many vectors a query is scored against."""
         return sum(len(part.rows.ids) for part in self.parts)
+
+    def start(self, vector: Vectors, limit: int) -> asyncio.Future[list[IndexedText]]:
+        """`nearest`, started now for a caller with other work to do before it needs the
+        result: in a worker thread from `_OVERLAPPED` vectors on, at once below (the thread's
+        hop would cost more than it saves)."""
+        if self.rows >= _OVERLAPPED:
+            return asyncio.ensure_future(asyncio.to_thread(self.nearest, vector, limit))
+        done: asyncio.Future[list[IndexedText]] = asyncio.get_running_loop().create_future()
+        done.set_result(self.nearest(vector, limit))
+        return done
 
     def nearest(self, vector: Vectors, limit: int) -> list[IndexedText]:
         """The `limit` entries nearest to `vector`, scored by cosine similarity, best first."""
@@ -363,12 +376,14 @@ class VectorIndex:
         ids: list[int] = []
         kinds: list[int] = []
         entries: list[Entry] = []
+        blobs: list[bytes] = []
         for row in rows:
-            entry_id, kind, _, session_id, source_id, seq, speaker, channel, occurred_at = tuple(
+            entry_id, kind, blob, session_id, source_id, seq, speaker, channel, occurred_at = tuple(
                 row
             )
             ids.append(entry_id)
             kinds.append(_KIND_CODES.get(kind, _GONE))
+            blobs.append(blob)
             entries.append(
                 (
                     entry_id,
@@ -381,7 +396,7 @@ class VectorIndex:
                     occurred_at,
                 )
             )
-        vectors = decode_vectors([tuple(row)[2] for row in rows], self.embedder.dimensions)
+        vectors = decode_vectors(blobs, self.embedder.dimensions)
         if older:
             user.prepend(ids, kinds, vectors, entries)
         else:

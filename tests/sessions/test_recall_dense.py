@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from sqlalchemy import event
 
-import sessions.recall_search
+import storage.vector_index
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.engine import SessionEngine
 from sessions.engine_values import EngineSettings, RecallSettings
@@ -196,7 +196,7 @@ async def test_the_turns_vectors_are_scored_off_the_event_loop_with_the_same_hit
         return nearest(scorer, *args)
 
     monkeypatch.setattr(Scorer, "nearest", recorded)
-    monkeypatch.setattr(sessions.recall_search, "SCORED_APART", 1)  # a user this small too
+    monkeypatch.setattr(storage.vector_index, "_OVERLAPPED", 1)  # a user this small too
     apart = await RecallSearch(database, vectors=VectorIndex(embedder)).search("alice", question)
     assert apart == inline
     loop = threading.get_ident()
