@@ -11,17 +11,21 @@ way (`storage.recall_postgresql`, `storage.recall_sqlite`).
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.column_types import UTCDateTime
-from storage.recall_entries import ENTRY_WIDTH, IndexSearch, SearchBound, indexed_text
+from storage import driver_rows
+from storage.recall_entries import (
+    ENTRY_TIMESTAMP,
+    ENTRY_WIDTH,
+    IndexSearch,
+    SearchBound,
+    indexed_text,
+)
 
 K1 = 1.2
 B = 0.75
@@ -75,26 +79,9 @@ def rarest(terms: Sequence[SearchedTerm], bound: SearchBound) -> list[SearchedTe
     return used[: bound.max_terms]
 
 
-@functools.lru_cache(maxsize=512)
-def prepared(sql: str, *, period: bool = False, entries: bool = False) -> Any:
-    """The statement for `sql`, made once: with `since` and `until` bound as aware datetimes
-    (`period`), and its `occurred_at` column read as one (`entries`: rows of
-    `ENTRY_COLUMNS`). A search's SQL depends on how many words it looks up, so there are a
-    few hundred at most, and parsing one again costs a search about 0.1 ms."""
-    made: Any = text(sql)
-    if period:
-        made = made.bindparams(
-            bindparam("since", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime())
-        )
-    if entries:
-        made = made.columns(occurred_at=UTCDateTime())
-    return made
-
-
 async def run_scored(session: AsyncSession, sql: str, params: dict[str, Any]) -> IndexSearch:
     """Run a search statement whose rows are `ENTRY_COLUMNS`, the score and `examined`."""
-    found = await session.execute(prepared(sql, period=True, entries=True), params)
-    rows = [tuple(row) for row in found]
+    rows = await driver_rows.rows(session, sql, params, timestamps=(ENTRY_TIMESTAMP,))
     examined = int(rows[0][ENTRY_WIDTH + 1]) if rows else 0
     return IndexSearch(
         [indexed_text(row[:ENTRY_WIDTH], float(row[ENTRY_WIDTH])) for row in rows], examined

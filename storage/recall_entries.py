@@ -99,6 +99,8 @@ ENTRY_COLUMNS = (
 """The columns of `recall_entries e` an `IndexedText` is read from, in `indexed_text`'s order
 (`ENTRY_WIDTH` of them)."""
 ENTRY_WIDTH = 8
+ENTRY_TIMESTAMP = 7
+"""The position of `occurred_at` among them."""
 
 
 def indexed_text(row: Sequence[Any], score: float) -> IndexedText:

@@ -48,11 +48,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
+from storage import driver_rows
 from storage.database import Database
 from storage.models import RecallEntry
-from storage.recall_bm25 import K1, B, has_tokens, prepared
+from storage.recall_bm25 import K1, B, has_tokens
 from storage.recall_entries import (
     ENTRY_COLUMNS,
+    ENTRY_TIMESTAMP,
     KINDS,
     IndexedText,
     IndexSearch,
@@ -68,11 +70,11 @@ from storage.recall_sqlite import search_sqlite
 # long history, than look up a few ids. The ids go as one parameter (an array, a JSON list),
 # so the statement is the same whatever their number: prepared once, planned once.
 _TEXTS = {
-    "postgresql": text(
+    "postgresql": (
         "SELECT e.id, e.user_id, e.body FROM recall_entries e "
         "WHERE e.id = ANY(CAST(:ids AS bigint[]))"
     ),
-    "sqlite": text(
+    "sqlite": (
         "SELECT e.id, e.user_id, e.body FROM recall_entries e "
         "WHERE e.id IN (SELECT value FROM json_each(:ids))"
     ),
@@ -243,8 +245,9 @@ class RecallIndexRepository:
         if not positions or per_side < 1:
             return []
         sql = _sqlite_neighbours(per_side) if self.dialect == "sqlite" else _NEIGHBOURS_PG
-        result = await self.session.execute(
-            prepared(sql, entries=True),
+        found = await driver_rows.rows(
+            self.session,
+            sql,
             {
                 "user_id": user_id,
                 **({} if self.dialect == "sqlite" else {"per_side": per_side}),
@@ -252,8 +255,9 @@ class RecallIndexRepository:
                     [{"session_id": sid, "seq": seq} for sid, seq in sorted(set(positions))]
                 ),
             },
+            timestamps=(ENTRY_TIMESTAMP,),
         )
-        return [indexed_text(tuple(row), 0.0) for row in result]
+        return [indexed_text(row, 0.0) for row in found]
 
     async def texts(self, user_id: str, entry_ids: Collection[int]) -> dict[int, str]:
         """The text of each of these entries of the user's that still exists (a search reads
@@ -261,11 +265,12 @@ class RecallIndexRepository:
         if not entry_ids:
             return {}
         ids = sorted(set(entry_ids))
-        result = await self.session.execute(
+        found = await driver_rows.rows(
+            self.session,
             _TEXTS[self.dialect],
             {"user_id": user_id, "ids": ids if self.dialect == "postgresql" else json.dumps(ids)},
         )
-        return {int(entry_id): body for entry_id, owner, body in result if owner == user_id}
+        return {int(entry_id): body for entry_id, owner, body in found if owner == user_id}
 
     async def latest_id(self) -> int:
         """The largest entry id so far (ids only grow: how far the index has been written)."""

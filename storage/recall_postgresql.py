@@ -20,7 +20,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.recall_bm25 import SearchedTerm, idf, prepared, rarest, recent_entries, run_scored
+from storage import driver_rows
+from storage.recall_bm25 import SearchedTerm, idf, rarest, recent_entries, run_scored
 from storage.recall_entries import ENTRY_COLUMNS, TURN, IndexSearch, Ranking, SearchBound
 
 # The query's lexemes with the number of the user's entries holding each, and the
@@ -118,18 +119,18 @@ async def search_postgresql(
     own constants, sorted (they are written into the SQL).
     """
     in_kinds = ", ".join(f"'{kind}'" for kind in kinds)
-    statistics = await session.execute(
-        prepared(_STATISTICS.replace("__KINDS__", in_kinds)),
+    statistics = await driver_rows.rows(
+        session,
+        _STATISTICS.replace("__KINDS__", in_kinds),
         {"user_id": params["user_id"], "query": " ".join(terms[: bound.considered_terms])},
     )
     collection, total_length = 0.0, 0.0
     found: list[SearchedTerm] = []
-    for row in statistics:
-        if row.term == "":
-            collection, total_length = row.documents, row.total_length
+    for term, documents, length, _ in statistics:
+        if term == "":
+            collection, total_length = documents, length
         else:
-            documents = float(row.documents)
-            found.append(SearchedTerm(row.term, documents, documents <= bound.rare_postings))
+            found.append(SearchedTerm(term, documents, documents <= bound.rare_postings))
     searched = rarest(found, bound)
     if not searched:
         return IndexSearch([], 0)

@@ -22,11 +22,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from storage import driver_rows
 from storage.recall_bm25 import (
     SearchedTerm,
     has_tokens,
     idf,
-    prepared,
     rarest,
     recent_entries,
     run_scored,
@@ -136,22 +136,21 @@ async def search_sqlite(
     window_params = {key: params[key] for key in ("user_id", "since", "until")} | {
         "window": window_size
     }
-    counted = (
-        await session.execute(
-            prepared(counts_sql, period=True),
-            window_params | {f"match_{n}": match for n, match in matches.items()},
-        )
-    ).one()
-    if counted.size == 0:
+    ((size, _, _, documents_in_all, total_length, *counts),) = await driver_rows.rows(
+        session,
+        counts_sql,
+        window_params | {f"match_{n}": match for n, match in matches.items()},
+    )
+    if size == 0:
         return IndexSearch([], 0)
-    collection = max(float(counted.documents), float(counted.size))
-    full = counted.size >= window_size
+    collection = max(float(documents_in_all), float(size))
+    full = size >= window_size
     # The window's share of the collection stands for the whole: a word in 3 of the
     # 1,000 most recent entries of 100,000 is taken to be in about 300.
-    scale = collection / counted.size
+    scale = collection / size
     estimated = []
     for n in matches:
-        documents = getattr(counted, f"count_{n}") * scale
+        documents = counts[n] * scale
         if full or documents > 0:
             estimated.append(
                 SearchedTerm(str(n), documents, full and documents <= bound.rare_postings)
@@ -164,15 +163,16 @@ async def search_sqlite(
     postings: dict[str, list[int]] = {t.key: [] for t in to_look_up}
     if to_look_up:
         latest = " UNION ALL ".join(_LATEST.format(n=t.key) for t in to_look_up)
-        rows = await session.execute(
-            prepared(latest),
+        rows = await driver_rows.rows(
+            session,
+            latest,
             {"cap": bound.rare_postings + 1}
             | {
                 f"user_match_{t.key}": _match(user_id, kinds, terms[int(t.key)]) for t in to_look_up
             },
         )
-        for row in rows:
-            postings[str(row.term)].append(int(row.id))
+        for term_key, entry_id in rows:
+            postings[str(term_key)].append(int(entry_id))
     exact: list[SearchedTerm] = []
     for term in estimated:
         found = postings.get(term.key)
@@ -202,9 +202,7 @@ async def search_sqlite(
         params["listed"] = json.dumps(listed)
     params["window"] = window_size
     params["avgdl"] = (
-        float(counted.total_length) / float(counted.documents)
-        if counted.documents and counted.total_length
-        else 1.0
+        float(total_length) / float(documents_in_all) if documents_in_all and total_length else 1.0
     )
     sql = (
         _BM25_SEARCH.replace("__WINDOW__", window_sql)

@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import Row, TextualSelect, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
-from storage.column_types import UTCDateTime
+from storage import driver_rows
 from storage.recall_entries import IndexedText, indexed_text
 from storage.recall_vectors import TextEmbedder, Vectors, decode_vectors
 
@@ -203,10 +202,12 @@ _OLDER = "v.entry_id < :before ORDER BY v.entry_id DESC LIMIT :limit"
 _UNLIMITED = 2**62
 
 
-def _statement(dialect: str, group: str, rows: str) -> TextualSelect:
+def _statement(dialect: str, group: str, rows: str) -> str:
     kinds = ", ".join(f"'{kind}'" for kind in _KINDS_OF[group])
-    sql = _READ[dialect].replace("__KINDS__", kinds).replace("__RANGE__", rows)
-    return text(sql).columns(occurred_at=UTCDateTime())
+    return _READ[dialect].replace("__KINDS__", kinds).replace("__RANGE__", rows)
+
+
+_READ_TIMESTAMP = 8  # the position of `occurred_at` in `_READ`'s rows
 
 
 _READ_NEWER = {
@@ -337,10 +338,12 @@ class VectorIndex:
                 )
                 return user
             dialect = db.get_bind().dialect.name
-            newer = await db.execute(
-                _READ_NEWER[dialect, group], {**mine, "after": user.last_entry_id}
+            rows = await driver_rows.rows(
+                db,
+                _READ_NEWER[dialect, group],
+                {**mine, "after": user.last_entry_id},
+                timestamps=(_READ_TIMESTAMP,),
             )
-            rows = list(newer)
             if rows:
                 self._add(user, rows, older=False)
             missing = None if window is None else window - user.size
@@ -365,12 +368,13 @@ class VectorIndex:
         entry order; the matrix holds all of the user's rows once fewer than asked came."""
         params = {**mine, "before": before, "limit": _UNLIMITED if limit is None else limit}
         statement = _READ_OLDER[db.get_bind().dialect.name, group]
-        rows = list(reversed(list(await db.execute(statement, params))))
+        rows = await driver_rows.rows(db, statement, params, timestamps=(_READ_TIMESTAMP,))
+        rows.reverse()
         user.complete = limit is None or len(rows) < limit
         if rows:
             self._add(user, rows, older=older)
 
-    def _add(self, user: _UserMatrix, rows: Sequence[Row[Any]], *, older: bool) -> None:
+    def _add(self, user: _UserMatrix, rows: Sequence[tuple[Any, ...]], *, older: bool) -> None:
         # entry id, kind, vector, then the entry's columns as `_READ` lists them
         strings = user.strings
         ids: list[int] = []
@@ -378,9 +382,7 @@ class VectorIndex:
         entries: list[Entry] = []
         blobs: list[bytes] = []
         for row in rows:
-            entry_id, kind, blob, session_id, source_id, seq, speaker, channel, occurred_at = tuple(
-                row
-            )
+            entry_id, kind, blob, session_id, source_id, seq, speaker, channel, occurred_at = row
             ids.append(entry_id)
             kinds.append(_KIND_CODES.get(kind, _GONE))
             blobs.append(blob)
