@@ -111,17 +111,20 @@ ORDER BY e.session_id, e.seq
 
 
 # LATERAL, the user checked outside it: the planner cannot know how few rows each side holds,
-# and would rather hash-join the session's turns or read all the user's.
+# and would rather hash-join the session's turns or read all the user's. The kind is compared
+# with IS NOT DISTINCT FROM, which no index serves: on a table not analyzed yet (a new
+# database, before autovacuum's first pass) the planner otherwise ANDs the (session_id, seq)
+# range with the (kind, source_id) index, whose 'turn' range holds every user's turns.
 _NEIGHBOURS_PG = f"""
 SELECT DISTINCT {ENTRY_COLUMNS}
 FROM json_to_recordset(CAST(:positions AS json)) AS w(session_id text, seq int)
 CROSS JOIN LATERAL (
     (SELECT * FROM recall_entries b
-     WHERE b.session_id = w.session_id AND b.seq < w.seq AND b.kind = 'turn'
+     WHERE b.session_id = w.session_id AND b.seq < w.seq AND b.kind IS NOT DISTINCT FROM 'turn'
      ORDER BY b.seq DESC LIMIT :per_side)
     UNION ALL
     (SELECT * FROM recall_entries a
-     WHERE a.session_id = w.session_id AND a.seq > w.seq AND a.kind = 'turn'
+     WHERE a.session_id = w.session_id AND a.seq > w.seq AND a.kind IS NOT DISTINCT FROM 'turn'
      ORDER BY a.seq LIMIT :per_side)
 ) AS e
 WHERE e.user_id = :user_id

@@ -50,6 +50,10 @@ FROM recall_stats WHERE user_id = :user_id AND kind IN (__KINDS__) AND term = ''
 # Candidates: the window's entries holding any searched lexeme, and every entry holding a rare
 # one (read through the user's own lexemes in the GIN index; only when the window is full,
 # since otherwise it already holds every entry). Each is scored on every searched lexeme.
+# The rare postings are read by the GIN index alone and then kept within the period (OFFSET 0
+# keeps the period out of that scan): on a table not analyzed yet (a new database, before
+# autovacuum's first pass) the planner would otherwise range-scan (user_id, kind,
+# occurred_at) on its last column, every user's entries, and compute each one's lexemes.
 # For summaries, strip() makes each tsvector a plain value once (a long summary's is stored
 # compressed, and every @@ would decompress it again); @@ on single lexemes needs no positions.
 _BM25_SEARCH = """
@@ -57,10 +61,13 @@ WITH win AS MATERIALIZED (
     SELECT r.id, __PLAIN__ AS tsv FROM (__RECENT__) AS r
 ),
 rare AS MATERIALIZED (
-    SELECT r.id, __PLAIN__ AS tsv FROM recall_entries r
-    WHERE recall_user_lexemes(r.user_id, r.kind, r.tsv) && CAST(:rare_keys AS text[])
-      AND r.occurred_at >= :since AND r.occurred_at < :until
-      AND (SELECT count(*) FROM win) >= :window
+    SELECT r.id, __PLAIN__ AS tsv FROM (
+        SELECT p.id, p.tsv, p.occurred_at FROM recall_entries p
+        WHERE recall_user_lexemes(p.user_id, p.kind, p.tsv) && CAST(:rare_keys AS text[])
+          AND (SELECT count(*) FROM win) >= :window
+        OFFSET 0
+    ) AS r
+    WHERE r.occurred_at >= :since AND r.occurred_at < :until
 ),
 c AS (
     SELECT win.id, win.tsv FROM win WHERE win.tsv @@ CAST(:any_term AS tsquery)
