@@ -37,10 +37,11 @@ Then, with the engine built as the gateway builds it (`open_engine`, offline LLM
 it times `assemble_context(session_id)` and `assemble_context(session_id, thread_id)` for a
 thread with recent messages: warm-up calls first, then `--runs` rounds, each round calling
 every case once (interleaved, so a change of machine load hits all cases alike).
-PostgreSQL's tables are ANALYZEd after loading, as autovacuum would have done in a running
-gateway; SQLite's full-text index is merged into one segment, as the gateway's background job
-keeps it (`BackgroundJobs.merge_recall_index`), and its tables are not analyzed (the gateway
-does not).
+PostgreSQL's tables are vacuumed and analyzed after loading (VACUUM ANALYZE), as autovacuum
+would have done in a running gateway, and so that autovacuum has no reason to start on the
+freshly loaded tables during the timing; SQLite's full-text index is merged into one
+segment, as the gateway's background job keeps it (`BackgroundJobs.merge_recall_index`), and
+its tables are not analyzed (the gateway does not).
 
 Run it (PostgreSQL on 127.0.0.1:5432, trust auth):
 
@@ -217,8 +218,10 @@ async def run_backend(
                 embedded = await rebuild_vectors(db, engine.embedder)
             progress(f"  embedded {embedded} entries in {time.perf_counter() - began:.1f}s")
         if analyze:
-            async with database.engine.begin() as conn:
-                await conn.execute(text("ANALYZE"))
+            # VACUUM runs outside a transaction.
+            autocommit = database.engine.execution_options(isolation_level="AUTOCOMMIT")
+            async with autocommit.connect() as conn:
+                await conn.execute(text("VACUUM ANALYZE"))
         # SQLite: the full-text index merged, as the gateway's background job keeps it
         # (`BackgroundJobs.merge_recall_index`); the bulk load left it in many segments.
         began = time.perf_counter()
