@@ -8,7 +8,8 @@ costs half of that per statement and nearly nothing per row. So these statements
 session's own connection (inside its transaction, after whatever it did before) through
 `rows`, which takes SQLAlchemy's `:name` placeholders and aware datetimes as every other
 statement does, returns timestamps aware in UTC, and raises `StorageError` for the driver's
-errors (a connection found broken is taken out of the pool, as SQLAlchemy would).
+errors (the session's rollback then meets the same error, and SQLAlchemy takes a connection
+whose server went away out of the pool, as for its own statements).
 
 Only for statements whose columns are plain values (numbers, strings, bytes, timestamps);
 everything else keeps SQLAlchemy.
@@ -84,8 +85,6 @@ async def rows(
                 await cursor.execute(_psycopg_sql(sql), params)
                 found = await cursor.fetchall()
     except (psycopg.Error, sqlite3.Error) as exc:
-        if isinstance(raw, psycopg.AsyncConnection) and raw.broken:
-            await connection.invalidate(exc)
         lines = str(exc).strip().splitlines()
         raise StorageError(f"database error: {lines[0] if lines else type(exc).__name__}") from exc
     if not timestamps:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta, timezone
 
+import psycopg
 import pytest
 
 from errors import StorageError
@@ -55,3 +57,29 @@ async def test_a_naive_time_is_refused(database: Database) -> None:
     async with database.reading() as db:
         with pytest.raises(ValueError, match="naive"):
             await rows(db, "SELECT :at", {"at": datetime(2026, 1, 1)})
+
+
+async def test_a_connection_lost_meanwhile_fails_once_and_the_next_read_works(
+    database: Database,
+) -> None:
+    if database.is_sqlite:
+        pytest.skip("a SQLite connection is a file, not a server process")
+    async with database.reading() as db:
+        ((pid,),) = await rows(db, "SELECT pg_backend_pid()", {})
+    # From a connection of its own (the pool would hand out the one to be ended).
+    url = database.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        async with asyncio.timeout(10):
+            while await (
+                await admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+            ).fetchone():
+                await asyncio.sleep(0.01)
+    # The pooled connection whose server process is gone: its statement fails as a
+    # StorageError, and the pool does not hand it out again.
+    with pytest.raises(StorageError):
+        async with database.reading() as db:
+            await rows(db, "SELECT 1", {})
+    async with database.reading() as db:
+        ((other,),) = await rows(db, "SELECT pg_backend_pid()", {})
+    assert other != pid
