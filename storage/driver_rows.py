@@ -1,10 +1,11 @@
 """Rows of a text statement read through the database driver itself, as plain tuples.
 
 Recall's search runs a few statements per turn, each returning up to a few hundred rows of
-plain columns. Through SQLAlchemy, each statement costs about 0.3 ms of the event loop's CPU
-and each row a few microseconds more (its result machinery, a `Row`, the type processing of
-its timestamp): together about a quarter of a search. The driver alone (psycopg, aiosqlite)
-costs half of that per statement and nearly nothing per row. So these statements run on the
+plain columns. Through SQLAlchemy, each statement cost about 0.3 ms of the event loop's CPU
+(psycopg alone: 0.13-0.15 ms) and each row a few microseconds more (its result machinery, a
+`Row`, the type processing of its timestamp); on SQLite, three hops to the connection's
+thread. Reading them through the driver cut a context assembly's event-loop CPU by about 17 %
+on PostgreSQL and 28 % on SQLite (`bench/README.md`). So these statements run on the
 session's own connection (inside its transaction, after whatever it did before) through
 `rows`, which takes SQLAlchemy's `:name` placeholders and aware datetimes as every other
 statement does, returns timestamps aware in UTC, and raises `StorageError` for the driver's

@@ -97,10 +97,9 @@ ENTRY_COLUMNS = (
     "e.id, e.session_id, e.kind, e.source_id, e.seq, e.speaker, e.channel_type, e.occurred_at"
 )
 """The columns of `recall_entries e` an `IndexedText` is read from, in `indexed_text`'s order
-(`ENTRY_WIDTH` of them)."""
-ENTRY_WIDTH = 8
-ENTRY_TIMESTAMP = 7
-"""The position of `occurred_at` among them."""
+(`ENTRY_WIDTH` of them; `occurred_at` at `ENTRY_TIMESTAMP`)."""
+ENTRY_WIDTH = len(ENTRY_COLUMNS.split(", "))
+ENTRY_TIMESTAMP = ENTRY_COLUMNS.split(", ").index("e.occurred_at")
 
 
 def indexed_text(row: Sequence[Any], score: float) -> IndexedText:

@@ -44,7 +44,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, text
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
@@ -219,25 +218,23 @@ class RecallIndexRepository:
         # The kinds are written into the SQL (they are our own constants): each collection
         # gets a statement of its own, planned for its size.
         ordered_kinds = sorted(set(kinds))
-        try:
-            if self.dialect == "sqlite":
-                return await search_sqlite(
-                    self.session,
-                    terms,
-                    kinds=ordered_kinds,
-                    params=params,
-                    bound=bound or SearchBound(),
-                )
-            return await search_postgresql(
+        # Both run their statements through `driver_rows`, whose errors are StorageErrors.
+        if self.dialect == "sqlite":
+            return await search_sqlite(
                 self.session,
                 terms,
                 kinds=ordered_kinds,
                 params=params,
                 bound=bound or SearchBound(),
-                ranking=ranking,
             )
-        except SQLAlchemyError as exc:
-            raise StorageError(f"recall search failed: {exc.__class__.__name__}") from exc
+        return await search_postgresql(
+            self.session,
+            terms,
+            kinds=ordered_kinds,
+            params=params,
+            bound=bound or SearchBound(),
+            ranking=ranking,
+        )
 
     async def neighbours(
         self, user_id: str, positions: Collection[tuple[str, int]], *, per_side: int = 2

@@ -197,6 +197,7 @@ FROM recall_vectors v CROSS JOIN recall_entries e ON e.id = v.entry_id
 WHERE v.user_id = :user_id AND v.model = :model AND v.kind IN (__KINDS__) AND __RANGE__
 """,
 }
+_READ_TIMESTAMP = 8  # the position of `occurred_at` in `_READ`'s rows
 _NEWER = "v.entry_id > :after ORDER BY v.entry_id"
 _OLDER = "v.entry_id < :before ORDER BY v.entry_id DESC LIMIT :limit"
 _UNLIMITED = 2**62
@@ -205,9 +206,6 @@ _UNLIMITED = 2**62
 def _statement(dialect: str, group: str, rows: str) -> str:
     kinds = ", ".join(f"'{kind}'" for kind in _KINDS_OF[group])
     return _READ[dialect].replace("__KINDS__", kinds).replace("__RANGE__", rows)
-
-
-_READ_TIMESTAMP = 8  # the position of `occurred_at` in `_READ`'s rows
 
 
 _READ_NEWER = {
