@@ -10,22 +10,31 @@ session's own connection (inside its transaction, after whatever it did before) 
 `rows`, which takes SQLAlchemy's `:name` placeholders and aware datetimes as every other
 statement does, returns timestamps aware in UTC, and raises `StorageError` for the driver's
 errors (the session's rollback then meets the same error, and SQLAlchemy takes a connection
-whose server went away out of the pool, as for its own statements).
+whose server went away out of the pool, as for its own statements). The session's pending
+changes to its objects are flushed first, as SQLAlchemy's autoflush does.
 
-Only for statements whose columns are plain values (numbers, strings, bytes, timestamps);
-everything else keeps SQLAlchemy.
+The turn's writes (`storage.turn_store`) and the dispatcher's read of a user's queue go the
+same way, for the same reason: through an ORM session a one-row lookup cost 1.4-1.7 CPU-ms
+and through the driver 0.85-0.93 (`bench/README.md`). A JSON column's value is bound as
+`JsonValue` and read back decoded (`json_value`).
+
+Only for statements whose columns are plain values (numbers, strings, bytes, timestamps,
+JSON); everything else keeps SQLAlchemy.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import sqlite3
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Json
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -47,7 +56,40 @@ def _psycopg_sql(sql: str) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class JsonValue:
+    """A value for a JSON column, written as SQLAlchemy's JSON type writes it (`json.dumps`)."""
+
+    value: Any
+
+
+def json_value(column: Any) -> Any:
+    """A JSON column's value as the driver returned it, decoded (psycopg decodes, SQLite
+    returns the stored text)."""
+    return json.loads(column) if isinstance(column, str | bytes) else column
+
+
+def values_list(names: Sequence[str], count: int) -> str:
+    """`count` rows of `:name_i` placeholders for a multi-row `VALUES`, with `numbered`."""
+    return ", ".join(
+        "(" + ", ".join(f":{name}_{row}" for name in names) + ")" for row in range(count)
+    )
+
+
+def numbered(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The parameters of `values_list`: each row's values under `name_i`."""
+    return {
+        f"{name}_{row}": value for row, values in enumerate(rows) for name, value in values.items()
+    }
+
+
+def _psycopg_value(value: Any) -> Any:
+    return Json(value.value) if isinstance(value, JsonValue) else value
+
+
 def _sqlite_value(value: Any) -> Any:
+    if isinstance(value, JsonValue):
+        return json.dumps(value.value)
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError("naive datetime given for a UTC timestamp")
@@ -69,6 +111,10 @@ async def rows(
     """Run `sql` on the session's connection; its rows as tuples, the columns at the
     positions `timestamps` aware in UTC."""
     try:
+        if session.new or session.dirty or session.deleted:
+            # What the session's objects changed goes first, as SQLAlchemy's autoflush does
+            # before its own statements: this one may read it, or be overwritten by it.
+            await session.flush()
         connection = await session.connection()
         raw = (await connection.get_raw_connection()).driver_connection
     except SQLAlchemyError as exc:
@@ -83,8 +129,10 @@ async def rows(
             )
         else:
             async with raw.cursor() as cursor:
-                await cursor.execute(_psycopg_sql(sql), params)
-                found = await cursor.fetchall()
+                await cursor.execute(
+                    _psycopg_sql(sql), {k: _psycopg_value(v) for k, v in params.items()}
+                )
+                found = await cursor.fetchall() if cursor.description is not None else []
     except (psycopg.Error, sqlite3.Error) as exc:
         lines = str(exc).strip().splitlines()
         raise StorageError(f"database error: {lines[0] if lines else type(exc).__name__}") from exc

@@ -29,6 +29,7 @@ again).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -37,6 +38,7 @@ import numpy.typing as npt
 from sqlalchemy import Table, delete, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from storage import driver_rows
 from storage.database import EMBEDDER_KEY
 from storage.models import RecallEntry, RecallVector
 
@@ -74,11 +76,16 @@ def decode_vectors(blobs: Sequence[bytes], dimensions: int) -> Vectors:
     return joined.astype(np.float32)
 
 
-_INSERT_TURN = text(
-    """INSERT INTO recall_vectors (entry_id, user_id, kind, model, vector)
-    SELECT e.id, e.user_id, e.kind, :model, :vector FROM recall_entries e
-    WHERE e.session_id = :session_id AND e.seq = :seq AND e.kind = 'turn'"""
-)
+@functools.lru_cache(maxsize=16)
+def _insert_turn(count: int) -> str:
+    """The vectors of `count` messages of a session, matched to their entries by position
+    (a `VALUES` list's columns are `column1`, `column2` on both backends)."""
+    return f"""INSERT INTO recall_vectors (entry_id, user_id, kind, model, vector)
+    SELECT e.id, e.user_id, e.kind, :model, v.column2 FROM recall_entries e
+    JOIN (VALUES {driver_rows.values_list(("seq", "vector"), count)}) AS v ON e.seq = v.column1
+    WHERE e.session_id = :session_id AND e.kind = 'turn'"""  # noqa: S608 (placeholders only)
+
+
 _INSERT_SOURCE = text(
     """INSERT INTO recall_vectors (entry_id, user_id, kind, model, vector)
     SELECT e.id, e.user_id, e.kind, :model, :vector FROM recall_entries e
@@ -90,8 +97,8 @@ async def write_turn_vectors(
     db: AsyncSession, session_id: str, messages: Sequence[tuple[int, str, str]]
 ) -> int:
     """Embed the indexed ones of a turn's messages, given as (seq, role, content), and store
-    their vectors (one statement for the turn); how many were embedded. Nothing without an
-    embedder."""
+    their vectors (one statement for the turn, through the driver as the turn's other writes);
+    how many were embedded. Nothing without an embedder."""
     embedder = embedder_of(db)
     indexed = [
         (seq, content)
@@ -101,17 +108,19 @@ async def write_turn_vectors(
     if embedder is None or not indexed:
         return 0
     vectors = embedder.embed([content for _, content in indexed])
-    await db.execute(
-        _INSERT_TURN,
-        [
-            {
-                "session_id": session_id,
-                "seq": seq,
-                "model": embedder.model_id,
-                "vector": encode_vector(vector),
-            }
-            for (seq, _), vector in zip(indexed, vectors, strict=True)
-        ],
+    await driver_rows.rows(
+        db,
+        _insert_turn(len(indexed)),
+        {
+            "session_id": session_id,
+            "model": embedder.model_id,
+            **driver_rows.numbered(
+                [
+                    {"seq": seq, "vector": encode_vector(vector)}
+                    for (seq, _), vector in zip(indexed, vectors, strict=True)
+                ]
+            ),
+        },
     )
     return len(indexed)
 

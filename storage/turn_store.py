@@ -3,30 +3,27 @@
 A turn stores the user's message and everything the assistant produced (tool calls, tool
 results, the answer) together, after the model answered: one `UPDATE … RETURNING` hands out
 the sequence numbers and moves every counter of the session (messages by role, billed tokens,
-context use, last activity), one multi-row `INSERT` stores the messages, and one `UPDATE`
-finishes the inbound event. They are SQLAlchemy Core statements: the ORM's unit of work (one
-flush per row, objects tracked for nothing) was most of a turn's CPU.
+context use, last activity), one multi-row `INSERT` stores the messages (one more their
+vectors), and one `UPDATE` finishes the inbound event. They run through the driver itself
+(`storage.driver_rows`), in the caller's transaction: the ORM's unit of work (one flush per
+row, objects tracked for nothing) was once most of a turn's CPU, and SQLAlchemy's per-statement
+work was still about half of what is left of it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, insert, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
-from storage.models import InboundEvent, InboundStatus, Session, SessionMessage
+from storage import driver_rows
+from storage.models import InboundStatus
 from storage.recall_vectors import write_turn_vectors
-
-# The tables, not the mapped classes: statements on a class go through the ORM's bulk
-# persistence layer, which costs more than the statement for nothing a turn uses.
-SESSIONS: Table = Session.__table__  # type: ignore[assignment]
-MESSAGES: Table = SessionMessage.__table__  # type: ignore[assignment]
-EVENTS: Table = InboundEvent.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +49,40 @@ class TurnUsage:
     context_tokens: int | None = None
 
 
+_COUNTERS = """UPDATE sessions SET
+    last_seq = last_seq + :count, message_count = message_count + :count,
+    user_message_count = user_message_count + :users,
+    assistant_message_count = assistant_message_count + :assistants,
+    input_tokens = input_tokens + :input_tokens, output_tokens = output_tokens + :output_tokens,
+    context_tokens = COALESCE(CAST(:context_tokens AS INTEGER), context_tokens),
+    last_active_at = :at, updated_at = :at
+    WHERE id = :session_id RETURNING last_seq"""
+_MESSAGE_COLUMNS = (
+    "session_id",
+    "seq",
+    "role",
+    "channel_type",
+    "thread_id",
+    "message_id",
+    "in_reply_to",
+    "content",
+    "tokens",
+    "created_at",
+    "metadata",
+)
+_FINISH = """UPDATE inbound_events SET status = :status, processed_at = :at, error = :error,
+    user_id = COALESCE(:user_id, user_id), session_id = COALESCE(:session_id, session_id),
+    appended_seq = COALESCE(CAST(:seq AS INTEGER), appended_seq)
+    WHERE id = :event_id AND status = 'pending' RETURNING id"""
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_messages(count: int) -> str:
+    columns = ", ".join(_MESSAGE_COLUMNS)
+    rows = driver_rows.values_list(_MESSAGE_COLUMNS, count)
+    return f"INSERT INTO session_messages ({columns}) VALUES {rows}"  # noqa: S608 (placeholders)
+
+
 async def store_turn_messages(
     db: AsyncSession,
     session_id: str,
@@ -66,50 +97,45 @@ async def store_turn_messages(
     if not messages:
         raise StorageError("a turn stores at least one message", key=session_id)
     roles = [message.role for message in messages]
-    columns = SESSIONS.c
-    counters: dict[str, Any] = {
-        "last_seq": columns.last_seq + len(messages),
-        "message_count": columns.message_count + len(messages),
-        "last_active_at": at,
-        "updated_at": at,
-    }
-    if users := roles.count("user"):
-        counters["user_message_count"] = columns.user_message_count + users
-    if assistants := roles.count("assistant"):
-        counters["assistant_message_count"] = columns.assistant_message_count + assistants
-    if usage is not None:
-        counters["input_tokens"] = columns.input_tokens + usage.input_tokens
-        counters["output_tokens"] = columns.output_tokens + usage.output_tokens
-        if usage.context_tokens is not None:
-            counters["context_tokens"] = usage.context_tokens
-    result = await db.execute(
-        update(SESSIONS)
-        .where(columns.id == session_id)
-        .values(counters)
-        .returning(columns.last_seq)
+    usage = usage or TurnUsage()
+    found = await driver_rows.rows(
+        db,
+        _COUNTERS,
+        {
+            "count": len(messages),
+            "users": roles.count("user"),
+            "assistants": roles.count("assistant"),
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "context_tokens": usage.context_tokens,
+            "at": at,
+            "session_id": session_id,
+        },
     )
-    last_seq = result.scalar_one_or_none()
-    if last_seq is None:
+    if not found:
         raise StorageError("the session does not exist", key=session_id)
-    first_seq = int(last_seq) - len(messages) + 1
-    await db.execute(
-        insert(MESSAGES),
-        [
-            {
-                "session_id": session_id,
-                "seq": first_seq + position,
-                "role": message.role,
-                "channel_type": message.channel_type,
-                "thread_id": message.thread_id,
-                "message_id": message.message_id,
-                "in_reply_to": message.in_reply_to,
-                "content": message.content,
-                "tokens": message.tokens,
-                "created_at": at,
-                "metadata": dict(message.metadata),
-            }
-            for position, message in enumerate(messages)
-        ],
+    first_seq = int(found[0][0]) - len(messages) + 1
+    await driver_rows.rows(
+        db,
+        _insert_messages(len(messages)),
+        driver_rows.numbered(
+            [
+                {
+                    "session_id": session_id,
+                    "seq": first_seq + position,
+                    "role": message.role,
+                    "channel_type": message.channel_type,
+                    "thread_id": message.thread_id,
+                    "message_id": message.message_id,
+                    "in_reply_to": message.in_reply_to,
+                    "content": message.content,
+                    "tokens": message.tokens,
+                    "created_at": at,
+                    "metadata": driver_rows.JsonValue(dict(message.metadata)),
+                }
+                for position, message in enumerate(messages)
+            ]
+        ),
     )
     # Dense recall's vectors, in the same transaction as the entries the triggers just wrote.
     await write_turn_vectors(
@@ -133,16 +159,17 @@ async def finish_inbound_event(
 ) -> bool:
     """Mark a pending event finished (with where its message went); False when it was not
     pending any more, which must roll the caller's transaction back: someone else answered."""
-    values: dict[str, Any] = {"status": status.value, "processed_at": at, "error": error}
-    if user_id is not None:
-        values["user_id"] = user_id
-    if session_id is not None:
-        values["session_id"] = session_id
-    if seq is not None:
-        values["appended_seq"] = seq
-    result = await db.execute(
-        update(EVENTS)
-        .where(EVENTS.c.id == event_id, EVENTS.c.status == InboundStatus.PENDING.value)
-        .values(values)
+    found = await driver_rows.rows(
+        db,
+        _FINISH,
+        {
+            "status": status.value,
+            "at": at,
+            "error": error,
+            "user_id": user_id,
+            "session_id": session_id,
+            "seq": seq,
+            "event_id": event_id,
+        },
     )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return bool(found)

@@ -3,15 +3,37 @@ finished it; this is how the gateway accepts, claims and finishes them."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from storage import driver_rows
 from storage.models import InboundEvent, InboundStatus
 from storage.repositories._sql import dialect_insert
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEvent:
+    """An unfinished event as a user's queue shows it: the accepted message (its record) and
+    the live platform message an earlier attempt streamed into, if any."""
+
+    id: int
+    message: dict[str, Any]
+    live_reply: dict[str, Any] | None
+
+
+@functools.lru_cache(maxsize=16)
+def _next_pending(keys: int) -> str:
+    placeholders = ", ".join(f":key_{i}" for i in range(keys))
+    return (
+        "SELECT id, message, live_reply FROM inbound_events "  # noqa: S608 (placeholders only)
+        f"WHERE sender_key IN ({placeholders}) AND status = 'pending' ORDER BY id LIMIT :limit"
+    )
 
 
 class InboxRepository:
@@ -121,18 +143,24 @@ class InboxRepository:
 
     async def next_pending(
         self, sender_keys: Sequence[str], *, limit: int = 1
-    ) -> list[InboundEvent]:
-        """The oldest unfinished events sent from any of these identities (one user's queue)."""
-        result = await self.session.execute(
-            select(InboundEvent)
-            .where(
-                InboundEvent.sender_key.in_(sender_keys),
-                InboundEvent.status == InboundStatus.PENDING.value,
-            )
-            .order_by(InboundEvent.id)
-            .limit(limit)
+    ) -> list[PendingEvent]:
+        """The oldest unfinished events sent from any of these identities (one user's queue).
+        Every turn reads it: through the driver (`storage.driver_rows`), as plain values."""
+        if not sender_keys:
+            return []
+        found = await driver_rows.rows(
+            self.session,
+            _next_pending(len(sender_keys)),
+            {"limit": limit, **{f"key_{i}": key for i, key in enumerate(sender_keys)}},
         )
-        return list(result.scalars())
+        return [
+            PendingEvent(
+                id=row[0],
+                message=driver_rows.json_value(row[1]),
+                live_reply=driver_rows.json_value(row[2]) or None,
+            )
+            for row in found
+        ]
 
     async def mark_appended(
         self, event_id: int, *, seq: int, session_id: str, user_id: str

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from storage import driver_rows
 from storage.models import OutboundMessage, OutboundStatus
 
 
@@ -21,6 +22,32 @@ class ClaimedReply:
 
     row: OutboundMessage
     resumed: bool
+
+
+_ENQUEUED = (
+    "message_id",
+    "user_id",
+    "session_id",
+    "inbound_event_id",
+    "channel_type",
+    "channel_id",
+    "thread_id",
+    "in_reply_to",
+    "kind",
+    "content",
+    "reply_context",
+    "attachment",
+    "status",
+    "attempts",
+    "created_at",
+    "next_attempt_at",
+    "delivered_at",
+    "platform_message_id",
+)
+_ENQUEUE = (
+    f"INSERT INTO outbound_messages ({', '.join(_ENQUEUED)}) "  # noqa: S608 (names only)
+    f"VALUES ({', '.join(':' + column for column in _ENQUEUED)}) RETURNING id"
+)
 
 
 class OutboxRepository:
@@ -76,8 +103,12 @@ class OutboxRepository:
             delivered_at=at if delivered else None,
             platform_message_id=message_id if delivered else None,
         )
-        self.session.add(row)
-        await self.session.flush()
+        # Every reply of every turn: through the driver (`storage.driver_rows`); the row is
+        # not the session's (its sender only reads it).
+        values = {column: getattr(row, column) for column in _ENQUEUED}
+        values["reply_context"] = driver_rows.JsonValue(row.reply_context)
+        values["attachment"] = driver_rows.JsonValue(attachment) if attachment is not None else None
+        ((row.id,),) = await driver_rows.rows(self.session, _ENQUEUE, values)
         return row
 
     async def claim_due(

@@ -10,9 +10,17 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
+from storage import driver_rows
 from storage.models import Session, SessionChannel, SessionMessage, SessionStatus
-from storage.repositories._sql import dialect_insert, new_session_id
+from storage.repositories._sql import new_session_id
 from storage.turn_store import MessageToStore, store_turn_messages
+
+_RECORD_CHANNEL = """INSERT INTO session_channels
+    (session_id, channel_type, channel_id, thread_id, joined_at, last_message_at, message_count)
+    VALUES (:session_id, :channel_type, :channel_id, :thread_id, :at, :at, 1)
+    ON CONFLICT (session_id, channel_type, channel_id, thread_id)
+    DO UPDATE SET last_message_at = excluded.last_message_at,
+    message_count = session_channels.message_count + 1"""
 
 
 class SessionRepository:
@@ -155,24 +163,18 @@ class SessionRepository:
     async def record_channel(
         self, session_id: str, channel_type: str, channel_id: str, thread_id: str, *, at: datetime
     ) -> None:
-        """Note that a message of the session came through this channel/thread."""
-        statement = dialect_insert(self.session, SessionChannel).values(
-            session_id=session_id,
-            channel_type=channel_type,
-            channel_id=channel_id,
-            thread_id=thread_id,
-            joined_at=at,
-            last_message_at=at,
-            message_count=1,
-        )
-        await self.session.execute(
-            statement.on_conflict_do_update(
-                index_elements=["session_id", "channel_type", "channel_id", "thread_id"],
-                set_={
-                    "last_message_at": at,
-                    "message_count": SessionChannel.message_count + 1,
-                },
-            )
+        """Note that a message of the session came through this channel/thread (every turn
+        does: through the driver, as the turn's other writes, `storage.turn_store`)."""
+        await driver_rows.rows(
+            self.session,
+            _RECORD_CHANNEL,
+            {
+                "session_id": session_id,
+                "channel_type": channel_type,
+                "channel_id": channel_id,
+                "thread_id": thread_id,
+                "at": at,
+            },
         )
 
     async def channels(self, session_id: str) -> list[SessionChannel]:

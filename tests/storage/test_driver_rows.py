@@ -10,8 +10,15 @@ import pytest
 
 from errors import StorageError
 from storage.database import Database
-from storage.driver_rows import _psycopg_sql, rows
-from storage.models import Organization
+from storage.driver_rows import (
+    JsonValue,
+    _psycopg_sql,
+    json_value,
+    numbered,
+    rows,
+    values_list,
+)
+from storage.models import InboundEvent, Organization
 
 
 def test_placeholders_become_psycopg_ones_and_casts_and_percents_stay() -> None:
@@ -38,6 +45,53 @@ async def test_rows_with_bound_times_and_timestamps_in_utc(database: Database) -
         )
     assert found == [("o1", made, "x%")]
     assert found[0][1].tzinfo is UTC
+
+
+async def test_many_rows_in_one_values_list(database: Database) -> None:
+    made = datetime(2026, 3, 4, tzinfo=UTC)
+    names = ("id", "name", "context", "created_at")
+    organizations = [
+        {"id": f"o{i}", "name": f"Org {i}", "context": "", "created_at": made} for i in range(3)
+    ]
+    async with database.session() as db:
+        assert values_list(names, 2) == (
+            "(:id_0, :name_0, :context_0, :created_at_0), (:id_1, :name_1, :context_1, "
+            ":created_at_1)"
+        )
+        await rows(
+            db,
+            f"INSERT INTO organizations ({', '.join(names)}) VALUES {values_list(names, 3)}",
+            numbered(organizations),
+        )
+    async with database.reading() as db:
+        found = await rows(db, "SELECT id, name FROM organizations ORDER BY id", {})
+    assert found == [("o0", "Org 0"), ("o1", "Org 1"), ("o2", "Org 2")]
+
+
+async def test_json_written_and_read_as_sqlalchemy_does(database: Database) -> None:
+    record = {"text": "héllo 100%", "files": [{"name": "a.pdf", "size": 3}], "none": None}
+    async with database.session() as db:
+        (written,) = await rows(
+            db,
+            "INSERT INTO inbound_events (channel_type, message_id, sender_key, status, "
+            "attempts, received_at, message, raw_payload) VALUES ('web', 'm1', 'web:a', "
+            "'pending', 0, :at, :message, :raw) RETURNING id",
+            {"at": datetime.now(UTC), "message": JsonValue(record), "raw": JsonValue({})},
+        )
+    async with database.session() as db:
+        event = await db.get(InboundEvent, written[0])
+        assert event is not None
+        assert event.message == record  # SQLAlchemy's JSON type reads what the driver wrote
+        (read,) = await rows(db, "SELECT message, live_reply FROM inbound_events", {})
+    assert json_value(read[0]) == record
+    assert json_value(read[1]) is None
+
+
+async def test_the_sessions_pending_changes_go_first(database: Database) -> None:
+    async with database.session() as db:
+        db.add(Organization(id="o1", name="One", context=""))
+        # Not flushed yet: the driver's statement must still see it, as SQLAlchemy's own do.
+        assert await rows(db, "SELECT name FROM organizations", {}) == [("One",)]
 
 
 async def test_a_database_error_is_a_storage_error_and_the_session_goes_on(
