@@ -136,7 +136,15 @@ class Dispatcher:
 
     async def schedule(self, senders: list[str] | None = None) -> None:
         """Start a drain for every user with pending events (of `senders`, or of anyone in
-        the inbox) who is not being drained here already."""
+        the inbox) who is not being drained here already.
+
+        A poll of the whole inbox (`senders` None) leaves users whose drain is running
+        alone: their pending events are mostly the ones that drain is answering, and asking
+        it to run once more would read the queue again for nothing (it was one more read, and
+        a turn lock taken and given back, per message under load). An event that arrives
+        meanwhile is hinted (`notify`, in this process or through the database's
+        notification); one whose hint was lost is found by the first poll after the drain."""
+        polled = senders is None
         if senders is None:
             async with self.database.single() as db:
                 senders = await InboxRepository(db).pending_senders()
@@ -145,6 +153,8 @@ class Dispatcher:
                 return
             known = self.identities.cached_sender(sender)
             if known is not None:
+                if polled and self._drains.is_running(known.user_id):
+                    continue
                 self._show_working(known, self._arrivals.pop(sender, []))
                 self._drain_now(known)
             else:

@@ -1,0 +1,70 @@
+"""The dispatcher's poll of the whole inbox beside the drains it runs: no second read of a
+queue that a running drain is answering, and nothing lost when a message's hint is."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from storage.repositories.inbox import InboxRepository, PendingEvent
+from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
+
+
+def count_queue_reads(monkeypatch: pytest.MonkeyPatch) -> list[Sequence[str]]:
+    """Every read of a user's queue from now on (the identities it was read for)."""
+    reads: list[Sequence[str]] = []
+    original = InboxRepository.next_pending
+
+    async def counted(
+        self: InboxRepository, sender_keys: Sequence[str], *, limit: int = 1
+    ) -> list[PendingEvent]:
+        reads.append(tuple(sender_keys))
+        return await original(self, sender_keys, limit=limit)
+
+    monkeypatch.setattr(InboxRepository, "next_pending", counted)
+    return reads
+
+
+async def wait_until_draining(gateway: RunningGateway, user: str) -> None:
+    for _ in range(200):
+        if gateway.runtime.dispatcher.is_draining(user):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{user}'s turn never started")
+
+
+async def test_polls_during_a_turn_do_not_read_its_queue_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
+    config = gateway_config(url, tmp_path, llm={"offline_latency": "400ms"})
+    async with running_gateway(config) as gateway:
+        reads = count_queue_reads(monkeypatch)
+        await gateway.post("alice", "hello", message_id="p1")
+        await wait_until_draining(gateway, "alice")
+        for _ in range(3):  # the event is pending all the while its turn runs
+            await gateway.runtime.dispatcher.schedule()
+            await asyncio.sleep(0.05)
+        await gateway.wait_for_replies("alice", 1)
+        await gateway.wait_for_turns_to_end("alice")
+    assert len(reads) == 1
+
+
+async def test_a_message_whose_hint_was_lost_is_answered_after_the_running_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
+    config = gateway_config(url, tmp_path, llm={"offline_latency": "400ms"})
+    async with running_gateway(config) as gateway:
+        await gateway.post("alice", "first", message_id="h1")
+        await wait_until_draining(gateway, "alice")
+        dispatcher = gateway.runtime.dispatcher
+        # As if the second message's notification never arrived (another process accepted
+        # it and its database notification was lost): only the poll can find it.
+        monkeypatch.setattr(dispatcher, "notify", lambda sender_key=None: None)
+        await gateway.post("alice", "second", message_id="h2")
+        replies = await gateway.wait_for_replies("alice", 2, timeout=10)
+    assert [reply["in_reply_to"] for reply in replies] == ["h1", "h2"]
