@@ -50,6 +50,7 @@ from datetime import datetime
 
 import numpy as np
 
+from primitives.bounded_cache import BoundedCache
 from sessions.recall_query import query_terms
 from sessions.recall_search import OneSearch
 from sessions.recall_values import (
@@ -59,8 +60,11 @@ from sessions.recall_values import (
     RecallOptions,
 )
 from storage.database import Database
+from storage.recall_index import RecallIndexRepository
 from storage.recall_vectors import Vectors
 from storage.vector_index import VectorIndex
+
+USERS_WITH_HISTORY = 100_000
 
 
 class RecallSearch:
@@ -79,6 +83,8 @@ class RecallSearch:
         self.database = database
         self.options = options or RecallOptions()
         self.vectors = vectors
+        # Users known to have entries beyond their current session (`_anything_to_find`).
+        self._with_history: BoundedCache[str, bool] = BoundedCache(USERS_WITH_HISTORY)
 
     async def search(
         self,
@@ -102,13 +108,15 @@ class RecallSearch:
         (`Database.reading`), never in the caller's: a turn holds no transaction (nor, on
         SQLite, the write lock) while it searches.
         """
+        exclusions = exclude or RecallExclusions()
+        if limit < 1 or not await self._anything_to_find(user_id, exclusions):
+            return []
         terms = query_terms(query)
         vector = self._query_vector(query)
-        if (not terms and vector is None) or limit < 1:
+        if not terms and vector is None:
             return []
         options = self.options
         bounds = options.thorough if thorough else options.automatic
-        exclusions = exclude or RecallExclusions()
         search = OneSearch(
             self.database,
             self.options,
@@ -124,6 +132,25 @@ class RecallSearch:
             bounds=bounds,
         )
         return await search.find(exclusions)
+
+    async def _anything_to_find(self, user_id: str, exclusions: RecallExclusions) -> bool:
+        """Whether the user has an entry the search could return: not when everything they
+        ever said is the current session, all of it in the context (a new user's first
+        session, until it is compacted). Then the search is one index lookup instead of its
+        two transactions. Users found to have more are remembered: that only stops being
+        true when their data is deleted, and then the search finds nothing, as it should."""
+        if exclusions.session_id is None or exclusions.after_seq > 0:
+            return True
+        if self._with_history.get(user_id):
+            return True
+        lookup = self.database.reading if self.database.is_sqlite else self.database.single
+        async with lookup() as session:
+            found = await RecallIndexRepository(session).has_entries_outside(
+                user_id, exclusions.session_id
+            )
+        if found:
+            self._with_history.put(user_id, True)
+        return found
 
     def _query_vector(self, query: str) -> Vectors | None:
         if self.vectors is None or not self.options.dense:

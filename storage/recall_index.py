@@ -272,6 +272,17 @@ class RecallIndexRepository:
         )
         return {int(entry_id): body for entry_id, owner, body in found if owner == user_id}
 
+    async def has_entries_outside(self, user_id: str, session_id: str) -> bool:
+        """Whether the user has an entry of another session than `session_id` (one index
+        lookup: the first such entry ends it)."""
+        found = await driver_rows.rows(
+            self.session,
+            "SELECT 1 FROM recall_entries WHERE user_id = :user_id AND session_id <> :session_id"
+            " LIMIT 1",
+            {"user_id": user_id, "session_id": session_id},
+        )
+        return bool(found)
+
     async def latest_id(self) -> int:
         """The largest entry id so far (ids only grow: how far the index has been written)."""
         latest = (await self.session.execute(select(func.max(RecallEntry.id)))).scalar_one()

@@ -18,8 +18,15 @@ from sessions.engine_values import EngineSettings, RecallSettings
 from sessions.llm import OfflineLLM
 from sessions.recall import RecallSearch
 from sessions.recall_query import query_terms
+from sessions.recall_search import OneSearch
 from sessions.recall_tool import SEARCH_TOOL_NAME, run_search_tool
-from sessions.recall_values import IndexQuery, RecallBounds, RecallExclusions, RecallOptions
+from sessions.recall_values import (
+    IndexQuery,
+    RecallBounds,
+    RecallExclusions,
+    RecallHit,
+    RecallOptions,
+)
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.models import SessionSummary
@@ -146,6 +153,36 @@ async def test_what_is_already_in_context_is_left_out(database: Database) -> Non
     found = await RecallSearch(database).search("alice", "Acme price", 10, exclude=exclusions)
     assert {hit.message_id for hit in found} == {old_ids[0], current_ids[0]}
     assert all(hit.kind == "turn" for hit in found)
+
+
+async def test_a_search_with_only_the_context_to_search_reads_nothing_more(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    current, current_ids = await conversation(database, [("Alice", "Acme price is 4200.")])
+    searches: list[str] = []
+    original = OneSearch.find
+
+    async def counted(self: OneSearch, exclusions: RecallExclusions) -> list[RecallHit]:
+        searches.append(self.user_id)
+        return await original(self, exclusions)
+
+    monkeypatch.setattr(OneSearch, "find", counted)
+    recall = RecallSearch(database)
+    in_context = RecallExclusions(session_id=current)
+    # All Alice ever said is the current session, all of it in the context.
+    assert await recall.search("alice", "Acme price", 5, exclude=in_context) == []
+    assert searches == []
+    # Compacted, its older turns are not in the context any more: searched, and found.
+    compacted = RecallExclusions(session_id=current, after_seq=1)
+    found = await recall.search("alice", "Acme price", 5, exclude=compacted)
+    assert [hit.message_id for hit in found] == current_ids
+    assert searches == ["alice"]
+    # Once she has another session, its turns are found (and she is remembered).
+    _, later_ids = await conversation(database, [("Alice", "Acme price is 4300 now.")], day=1)
+    found = await recall.search("alice", "Acme price", 5, exclude=in_context)
+    assert [hit.message_id for hit in found] == later_ids
+    assert await recall.search("alice", "Acme price", 5, exclude=in_context) == found
+    assert searches == ["alice"] * 3
 
 
 async def test_the_search_tool_answers_with_dated_passages(database: Database) -> None:
