@@ -39,6 +39,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import LLMError, StorageError
+from primitives.bounded_cache import BoundedCache
 from sessions.compaction import transcript_line
 from sessions.context import HistoryMessage
 from sessions.engine import SessionEngine
@@ -72,6 +73,8 @@ from storage.turn_store import (
 
 log = structlog.stdlib.get_logger(__name__)
 
+SESSIONS_REMEMBERED = 100_000
+
 
 class TurnService:
     """Answers users' messages: routing, context, model, storage, transcript, topic."""
@@ -103,6 +106,9 @@ class TurnService:
         self.find_referenced = find_referenced
         # Wraps waits on the transcript store (the gateway gives its work slot up there).
         self.waiting = waiting
+        # Session → the `last_seq` of its latest turn answered here, when that turn left no
+        # tool call waiting for a yes: the next turn need not look for one.
+        self._nothing_asked: BoundedCache[str, int] = BoundedCache(SESSIONS_REMEMBERED)
 
     async def answer(self, turn: UserTurn, progress: TurnProgress = NO_PROGRESS) -> TurnResult:
         """Answer the turn and commit everything it produced; raises `TurnSupersededError`
@@ -138,16 +144,8 @@ class TurnService:
             reads = await self.engine.read_context(
                 db, session, thread_id=arrival.thread_id, pending=pending
             )
-            # A call waits for a yes only after a turn asked for it: none in a new session.
-            waiting = (
-                await ToolConfirmationRepository(db).waiting(session_id)
-                if session.last_seq
-                else None
-            )
-            confirmed = (
-                answer_to(waiting_request(waiting), turn.text, now=now)
-                if waiting is not None and waiting.user_id == arrival.user_id
-                else None
+            waiting, confirmed = await self._waiting_call(
+                db, session_id, session.last_seq, arrival.user_id, turn.text, now=now
             )
         structlog.contextvars.bind_contextvars(session_id=session_id)
         # Recall searches after the routing transaction, in transactions of its own.
@@ -255,6 +253,15 @@ class TurnService:
                     "the event was answered elsewhere", key=str(turn.event_id)
                 )
         last_seq = first_seq + len(to_store) - 1
+        # Nothing waits for a yes after this turn when none waited (or it answered the one
+        # that did) and it asked none.
+        self._remember_calls(
+            session_id,
+            last_seq,
+            none_waiting=(waiting is None or confirmed is not None)
+            and outcome is not None
+            and outcome.confirmation is None,
+        )
         stored = [
             HistoryMessage(
                 seq=first_seq + position,
@@ -326,6 +333,33 @@ class TurnService:
         except LLMError as exc:
             log.warning("session.topic_failed", error=str(exc))
             return None
+
+    async def _waiting_call(
+        self,
+        db: AsyncSession,
+        session_id: str,
+        last_seq: int,
+        user_id: str,
+        text: str,
+        *,
+        now: datetime,
+    ) -> tuple[ToolConfirmationRow | None, ConfirmedCall | None]:
+        """The tool call waiting for a yes, if any, and what the user's message says to it.
+        One waits only after a turn asked for it: none in a new session, nor in one whose
+        latest turn was answered here and left none (every turn moves `last_seq`, so another
+        process's turn is seen)."""
+        if not last_seq or self._nothing_asked.get(session_id) == last_seq:
+            return None, None
+        waiting = await ToolConfirmationRepository(db).waiting(session_id)
+        if waiting is None or waiting.user_id != user_id:
+            return waiting, None
+        return waiting, answer_to(waiting_request(waiting), text, now=now)
+
+    def _remember_calls(self, session_id: str, last_seq: int, *, none_waiting: bool) -> None:
+        if none_waiting:
+            self._nothing_asked.put(session_id, last_seq)
+        else:
+            self._nothing_asked.pop(session_id)
 
     @staticmethod
     async def _record_tools(
