@@ -4,7 +4,8 @@ queue that a running drain is answering, and nothing lost when a message's hint 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -28,23 +29,26 @@ def count_queue_reads(monkeypatch: pytest.MonkeyPatch) -> list[Sequence[str]]:
     return reads
 
 
-async def wait_until_draining(gateway: RunningGateway, user: str) -> None:
-    for _ in range(200):
-        if gateway.runtime.dispatcher.is_draining(user):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{user}'s turn never started")
+@contextlib.asynccontextmanager
+async def answering_alice(tmp_path: Path, message_id: str) -> AsyncIterator[RunningGateway]:
+    """A gateway whose model takes 400 ms, answering a message of Alice's."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
+    config = gateway_config(url, tmp_path, llm={"offline_latency": "400ms"})
+    async with running_gateway(config) as gateway:
+        await gateway.post("alice", "hello", message_id=message_id)
+        for _ in range(200):
+            if gateway.runtime.dispatcher.is_draining("alice"):
+                yield gateway
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("Alice's turn never started")
 
 
 async def test_polls_during_a_turn_do_not_read_its_queue_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
-    config = gateway_config(url, tmp_path, llm={"offline_latency": "400ms"})
-    async with running_gateway(config) as gateway:
-        reads = count_queue_reads(monkeypatch)
-        await gateway.post("alice", "hello", message_id="p1")
-        await wait_until_draining(gateway, "alice")
+    reads = count_queue_reads(monkeypatch)
+    async with answering_alice(tmp_path, "p1") as gateway:
         for _ in range(3):  # the event is pending all the while its turn runs
             await gateway.runtime.dispatcher.schedule()
             await asyncio.sleep(0.05)
@@ -56,11 +60,7 @@ async def test_polls_during_a_turn_do_not_read_its_queue_again(
 async def test_a_message_whose_hint_was_lost_is_answered_after_the_running_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
-    config = gateway_config(url, tmp_path, llm={"offline_latency": "400ms"})
-    async with running_gateway(config) as gateway:
-        await gateway.post("alice", "first", message_id="h1")
-        await wait_until_draining(gateway, "alice")
+    async with answering_alice(tmp_path, "h1") as gateway:
         dispatcher = gateway.runtime.dispatcher
         # As if the second message's notification never arrived (another process accepted
         # it and its database notification was lost): only the poll can find it.
