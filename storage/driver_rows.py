@@ -14,9 +14,10 @@ whose server went away out of the pool, as for its own statements). The session'
 changes to its objects are flushed first, as SQLAlchemy's autoflush does.
 
 The turn's writes (`storage.turn_store`, the session's channel, the reply's outbox row) and
-the dispatcher's read of a user's queue go the same way, for the same reason: through an ORM session a one-row lookup cost 1.4-1.7 CPU-ms
-and through the driver 0.85-0.93 (`bench/README.md`). A JSON column's value is bound as
-`JsonValue` and read back decoded (`json_value`).
+the dispatcher's read of a user's queue go the same way, for the same reason: through an ORM
+session a one-row lookup cost 1.4-1.7 CPU-ms and through the driver 0.85-0.93
+(`bench/README.md`). A JSON column's value is bound as `JsonValue` and read back decoded
+(`json_value`).
 
 Only for statements whose columns are plain values (numbers, strings, bytes, timestamps,
 JSON); everything else keeps SQLAlchemy.
