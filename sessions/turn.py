@@ -19,7 +19,7 @@ the next attempt starts from the beginning with nothing to undo. A model failure
 outlasts the retries is answered with an apology in the same write, the user's message kept.
 
 A tool call waiting for the user's yes (`tool_confirmations`) is read with the context and
-answered by this message (`answer_to`): the write removes it, and stores the one this turn
+answered by this message (`sessions.turn_tools`): the write removes it, and stores the one this turn
 asks about, if any, with the tools the turn used (`skills_activated`).
 
 The gateway hands in a `UserTurn` (plain values: no channel payload, an opaque reply context)
@@ -39,15 +39,15 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import LLMError, StorageError
-from primitives.bounded_cache import BoundedCache
 from sessions.compaction import transcript_line
 from sessions.context import HistoryMessage
 from sessions.engine import SessionEngine
-from sessions.engine_values import ConfirmedCall, NewMessage, ToolRequest, TurnOutcome
+from sessions.engine_values import NewMessage, TurnOutcome
 from sessions.files.turn_files import FileIntake, TurnFiles, message_blocks
 from sessions.llm import estimate_tokens
 from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.routing import RoutingPolicy, resolve_session
+from sessions.turn_tools import WaitingCalls
 from sessions.turn_values import (
     LIVE_REPLY_KEY,
     LLM_APOLOGY_TEXT,
@@ -59,10 +59,8 @@ from sessions.turn_values import (
 from storage.database import Database
 from storage.models import InboundStatus
 from storage.models import OutboundMessage as OutboundRow
-from storage.models import ToolConfirmation as ToolConfirmationRow
 from storage.repositories.outbox import OutboxRepository
 from storage.repositories.sessions import SessionRepository
-from storage.repositories.tool_confirmations import ToolConfirmationRepository
 from storage.transcripts import SessionRef, TranscriptStore
 from storage.turn_store import (
     MessageToStore,
@@ -72,8 +70,6 @@ from storage.turn_store import (
 )
 
 log = structlog.stdlib.get_logger(__name__)
-
-SESSIONS_REMEMBERED = 100_000
 
 
 class TurnService:
@@ -106,9 +102,8 @@ class TurnService:
         self.find_referenced = find_referenced
         # Wraps waits on the transcript store (the gateway gives its work slot up there).
         self.waiting = waiting
-        # Session → the `last_seq` of its latest turn answered here, when that turn left no
-        # tool call waiting for a yes: the next turn need not look for one.
-        self._nothing_asked: BoundedCache[str, int] = BoundedCache(SESSIONS_REMEMBERED)
+        # Tool calls waiting for the user's yes: read, answered, asked for.
+        self.calls = WaitingCalls()
 
     async def answer(self, turn: UserTurn, progress: TurnProgress = NO_PROGRESS) -> TurnResult:
         """Answer the turn and commit everything it produced; raises `TurnSupersededError`
@@ -144,7 +139,7 @@ class TurnService:
             reads = await self.engine.read_context(
                 db, session, thread_id=arrival.thread_id, pending=pending
             )
-            waiting, confirmed = await self._waiting_call(
+            waiting, confirmed = await self.calls.read(
                 db, session_id, session.last_seq, arrival.user_id, turn.text, now=now
             )
         structlog.contextvars.bind_contextvars(session_id=session_id)
@@ -221,7 +216,7 @@ class TurnService:
                 if outcome
                 else None,
             )
-            await self._record_tools(db, session_id, arrival.user_id, confirmed, outcome, now=now)
+            await self.calls.record(db, session_id, arrival.user_id, confirmed, outcome, now=now)
             await SessionRepository(db).record_channel(
                 session_id,
                 arrival.channel_type,
@@ -255,7 +250,7 @@ class TurnService:
         last_seq = first_seq + len(to_store) - 1
         # Nothing waits for a yes after this turn when none waited (or it answered the one
         # that did) and it asked none.
-        self._remember_calls(
+        self.calls.remember(
             session_id,
             last_seq,
             none_waiting=(waiting is None or confirmed is not None)
@@ -334,69 +329,6 @@ class TurnService:
             log.warning("session.topic_failed", error=str(exc))
             return None
 
-    async def _waiting_call(
-        self,
-        db: AsyncSession,
-        session_id: str,
-        last_seq: int,
-        user_id: str,
-        text: str,
-        *,
-        now: datetime,
-    ) -> tuple[ToolConfirmationRow | None, ConfirmedCall | None]:
-        """The tool call waiting for a yes, if any, and what the user's message says to it.
-        One waits only after a turn asked for it: none in a new session, nor in one whose
-        latest turn was answered here and left none (every turn moves `last_seq`, so another
-        process's turn is seen)."""
-        if not last_seq or self._nothing_asked.get(session_id) == last_seq:
-            return None, None
-        waiting = await ToolConfirmationRepository(db).waiting(session_id)
-        if waiting is None or waiting.user_id != user_id:
-            return waiting, None
-        return waiting, answer_to(waiting_request(waiting), text, now=now)
-
-    def _remember_calls(self, session_id: str, last_seq: int, *, none_waiting: bool) -> None:
-        if none_waiting:
-            self._nothing_asked.put(session_id, last_seq)
-        else:
-            self._nothing_asked.pop(session_id)
-
-    @staticmethod
-    async def _record_tools(
-        db: AsyncSession,
-        session_id: str,
-        user_id: str,
-        confirmed: ConfirmedCall | None,
-        outcome: TurnOutcome | None,
-        *,
-        now: datetime,
-    ) -> None:
-        """The tools the turn used, the waiting call it answered, the one it asks about."""
-        confirmations = ToolConfirmationRepository(db)
-        if confirmed is not None:
-            await confirmations.resolve(session_id)
-            log.info(
-                "tools.confirmation_answered",
-                tool=confirmed.request.tool_name,
-                confirmed=confirmed.confirmed,
-                expired=now > confirmed.request.expires_at,
-            )
-        if outcome is None:
-            return
-        if outcome.tools_used:
-            await SessionRepository(db).record_tools_used(session_id, outcome.tools_used)
-        asked = outcome.confirmation
-        if asked is not None:
-            await confirmations.ask(
-                session_id,
-                user_id,
-                tool_name=asked.tool_name,
-                tool_input=asked.tool_input,
-                question=asked.question,
-                at=now,
-                expires_at=asked.expires_at,
-            )
-
     async def _take_files(
         self, turn: UserTurn, ref: SessionRef, progress: TurnProgress
     ) -> TurnFiles | None:
@@ -451,23 +383,3 @@ def _with_files(pending: HistoryMessage, text: str, files: TurnFiles) -> History
         tokens=estimate_tokens(stored) + files.native_tokens,
         blocks=message_blocks(files, text),
     )
-
-
-YES_ANSWERS = frozenset({"yes", "y"})
-
-
-def waiting_request(row: ToolConfirmationRow) -> ToolRequest:
-    """The stored waiting call as the engine's value."""
-    return ToolRequest(row.tool_name, dict(row.tool_input), row.question, row.expires_at)
-
-
-def answer_to(request: ToolRequest, text: str, *, now: datetime) -> ConfirmedCall:
-    """What the user's message says to a waiting call: only a plain yes in time runs it."""
-    name = request.tool_name
-    if now > request.expires_at:
-        return ConfirmedCall(
-            request, False, f"(The request to run `{name}` had expired: it was not run.)"
-        )
-    if text.strip().lower().rstrip(".!") in YES_ANSWERS:
-        return ConfirmedCall(request, True)
-    return ConfirmedCall(request, False, f"(Cancelled: `{name}` was not run.)")
