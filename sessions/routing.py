@@ -7,8 +7,10 @@ within `sessions.archive_after` (an older one is archived on the spot); with
 session. With
 `sessions.scope: channel` each channel type has its own active session.
 
-Routing runs inside the turn's first transaction (`sessions.turn`) or a command's, on the
-loaded row; what leaves `sessions` is a frozen `SessionView`, never the row.
+A turn first routes by reads alone (`find_unchanged`, no transaction on PostgreSQL, no lock
+on SQLite): most messages continue a session as it stands. Only when something has to change
+does routing run inside the turn's first transaction (`sessions.turn`), as it does in a
+command's, on the loaded row; what leaves `sessions` is a frozen `SessionView`, never the row.
 """
 
 from __future__ import annotations
@@ -78,6 +80,20 @@ async def find_session(
     return (await _continued(session, arrival, policy, now=now))[0]
 
 
+async def find_unchanged(
+    session: AsyncSession,
+    arrival: Arrival,
+    policy: RoutingPolicy,
+    *,
+    now: datetime,
+) -> Route | None:
+    """The route of a message that continues a session as it stands (neither archived nor
+    idle past `archive_after`), found by reads alone; None when routing has something to
+    change (reactivate, archive or create a session), which `resolve_session` then does in a
+    transaction."""
+    return (await _continued(session, arrival, policy, now=now, change=False))[0]
+
+
 async def resolve_session(
     session: AsyncSession,
     arrival: Arrival,
@@ -121,9 +137,10 @@ async def _continued(
     policy: RoutingPolicy,
     *,
     now: datetime,
+    change: bool = True,
 ) -> tuple[Route | None, bool]:
-    """The route of a continued session (None: it would be new), and whether the message's
-    thread belongs to another user's session."""
+    """The route of a continued session (None: it would be new, or without `change` it would
+    need a change), and whether the message's thread belongs to another user's session."""
     sessions = SessionRepository(session)
     channel = arrival.channel_type
     owner = await sessions.find_by_thread(channel, arrival.channel_id, arrival.thread_id)
@@ -131,6 +148,8 @@ async def _continued(
     replied_to = await _session_replied_to(session, arrival)
     for candidate, reason in ((owner, "thread"), (replied_to, "reply")):
         if candidate is not None and candidate.user_id == arrival.user_id:
+            if not change and candidate.status in _CLOSED:
+                return None, thread_taken
             reactivated = _reactivate(candidate, now=now, reason=reason)
             return Route(candidate, reason, reactivated), False  # type: ignore[arg-type]
     scope_channel = channel if policy.scope == "channel" else None
@@ -138,7 +157,7 @@ async def _continued(
     if active is None:
         return None, thread_taken
     if now - active.last_active_at > policy.archive_after:
-        if active.status == SessionStatus.ACTIVE.value:
+        if change and active.status == SessionStatus.ACTIVE.value:
             transition(active, SessionStatus.ARCHIVED, at=now, reason="idle")
         return None, thread_taken
     return Route(active, "active", thread_taken=thread_taken), thread_taken
@@ -153,8 +172,12 @@ async def _session_replied_to(session: AsyncSession, arrival: Arrival) -> Sessio
     return await SessionRepository(session).get(session_id)
 
 
+_CLOSED = (SessionStatus.ARCHIVED.value, SessionStatus.EXPORTED.value)
+"""The states a session referenced by a thread or a reply is reactivated from."""
+
+
 def _reactivate(candidate: Session, *, now: datetime, reason: str) -> bool:
-    if candidate.status in (SessionStatus.ARCHIVED.value, SessionStatus.EXPORTED.value):
+    if candidate.status in _CLOSED:
         transition(candidate, SessionStatus.ACTIVE, at=now, reason=f"referenced by {reason}")
         return True
     return False

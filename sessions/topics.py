@@ -60,7 +60,7 @@ class TopicWriter:
         summary, topics = parse_topic(response.text)
         if not summary:
             return None
-        async with self.database.session() as db:
+        async with self.database.single() as db:  # one statement: no BEGIN and COMMIT
             await SessionRepository(db).set_topic(session_id, summary, topics)
         log.info("session.topic_updated", session_id=session_id, topics=topics)
         return summary

@@ -1,14 +1,15 @@
-"""The turn: a user's message in, exactly one reply out, in two transactions.
+"""The turn: a user's message in, exactly one reply out, with one transaction that writes.
 
 Runs while the gateway holds the user's turn lock, so a user's turns never interleave::
 
-    read   (transaction 1) route the message to its session (creating, archiving or
-           reactivating one) and read the context: the session row, the messages since its
-           last compaction (cached between turns and checked against the row), the
-           organization and the user's memory (cached), recall passages
+    read   route the message to its session and read the context: the session row, the
+           messages since its last compaction (cached between turns and checked against the
+           row), the organization and the user's memory (cached), recall passages. Reads
+           alone when the session continues as it stands (autocommit on PostgreSQL, no lock
+           on SQLite); in a transaction when routing creates, archives or reactivates one
     model  (no transaction) compaction first when due (PreCompact archive, then summary),
            then the model, with its tool rounds
-    write  (transaction 2) the user's message and everything the turn produced, the
+    write  (one transaction) the user's message and everything the turn produced, the
            session's counters and usage, the channel it came through, the reply in the
            outbox and the inbound event finished: all or nothing
     after  the transcript segment and, every few messages, the topic
@@ -42,11 +43,11 @@ from errors import LLMError, StorageError
 from sessions.compaction import transcript_line
 from sessions.context import HistoryMessage
 from sessions.engine import SessionEngine
-from sessions.engine_values import NewMessage, TurnOutcome
+from sessions.engine_values import ConfirmedCall, ContextReads, NewMessage, TurnOutcome
 from sessions.files.turn_files import FileIntake, TurnFiles, message_blocks
 from sessions.llm import estimate_tokens
 from sessions.progress import NO_PROGRESS, TurnProgress
-from sessions.routing import RoutingPolicy, resolve_session
+from sessions.routing import Route, RoutingPolicy, find_unchanged, resolve_session
 from sessions.turn_tools import WaitingCalls
 from sessions.turn_values import (
     LIVE_REPLY_KEY,
@@ -59,6 +60,7 @@ from sessions.turn_values import (
 from storage.database import Database
 from storage.models import InboundStatus
 from storage.models import OutboundMessage as OutboundRow
+from storage.models import ToolConfirmation as ToolConfirmationRow
 from storage.repositories.outbox import OutboxRepository
 from storage.repositories.sessions import SessionRepository
 from storage.transcripts import SessionRef, TranscriptStore
@@ -70,6 +72,17 @@ from storage.turn_store import (
 )
 
 log = structlog.stdlib.get_logger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _TurnReads:
+    """What a turn reads with its route: the context but recall, the user's message (the
+    history's last), and the tool call waiting for a yes with what the message says to it."""
+
+    context: ContextReads
+    pending: HistoryMessage
+    waiting: ToolConfirmationRow | None
+    confirmed: ConfirmedCall | None
 
 
 class TurnService:
@@ -114,34 +127,11 @@ class TurnService:
         the reply's context for the sender to finish: the streamed message is the reply.
         """
         arrival = turn.arrival
-        referenced = None
-        if (
-            self.find_referenced is not None
-            and turn.may_resume_by_reference
-            and not arrival.thread_id
-            and not arrival.references
-        ):
-            # Searched before the routing transaction: on SQLite a second transaction inside
-            # it would wait for its write lock.
-            referenced = await self.find_referenced(arrival.user_id, turn.text)
         now = self.clock()
-        async with self.database.session() as db:
-            route = await resolve_session(db, arrival, self.routing, now=now, referenced=referenced)
-            session = route.session
-            session_id, org_id = session.id, session.org_id
-            pending = HistoryMessage(
-                seq=session.last_seq + 1,
-                role="user",
-                content=turn.text,
-                tokens=estimate_tokens(turn.text),
-                thread_id=arrival.thread_id,
-            )
-            reads = await self.engine.read_context(
-                db, session, thread_id=arrival.thread_id, pending=pending
-            )
-            waiting, confirmed = await self.calls.read(
-                db, session_id, session.last_seq, arrival.user_id, turn.text, now=now
-            )
+        route, read = await self._route_and_read(turn, now=now)
+        reads, pending = read.context, read.pending
+        waiting, confirmed = read.waiting, read.confirmed
+        session_id, org_id = route.session.id, route.session.org_id
         structlog.contextvars.bind_contextvars(session_id=session_id)
         # Recall searches after the routing transaction, in transactions of its own.
         reads = await self.engine.with_earlier(reads)
@@ -304,6 +294,52 @@ class TurnService:
                 for position, message in enumerate(to_store)
             ),
         )
+
+    async def _route_and_read(self, turn: UserTurn, *, now: datetime) -> tuple[Route, _TurnReads]:
+        """The turn's session and what it reads with it.
+
+        Most messages continue a session as it stands: routed and read without a transaction
+        (PostgreSQL) or a write lock (SQLite). Routing that changes something (a session
+        created, archived or reactivated) runs in one, with the reads.
+        """
+        arrival = turn.arrival
+        async with self.database.lookups() as db:
+            route = await find_unchanged(db, arrival, self.routing, now=now)
+            if route is not None:
+                return route, await self._read(db, route, turn, now=now)
+        referenced = None
+        if (
+            self.find_referenced is not None
+            and turn.may_resume_by_reference
+            and not arrival.thread_id
+            and not arrival.references
+        ):
+            # Searched before the routing transaction: on SQLite a second transaction inside
+            # it would wait for its write lock.
+            referenced = await self.find_referenced(arrival.user_id, turn.text)
+        async with self.database.session() as db:
+            route = await resolve_session(db, arrival, self.routing, now=now, referenced=referenced)
+            return route, await self._read(db, route, turn, now=now)
+
+    async def _read(
+        self, db: AsyncSession, route: Route, turn: UserTurn, *, now: datetime
+    ) -> _TurnReads:
+        """What the turn reads with its route (see `_TurnReads`)."""
+        session = route.session
+        pending = HistoryMessage(
+            seq=session.last_seq + 1,
+            role="user",
+            content=turn.text,
+            tokens=estimate_tokens(turn.text),
+            thread_id=turn.arrival.thread_id,
+        )
+        reads = await self.engine.read_context(
+            db, session, thread_id=turn.arrival.thread_id, pending=pending
+        )
+        waiting, confirmed = await self.calls.read(
+            db, session.id, session.last_seq, turn.arrival.user_id, turn.text, now=now
+        )
+        return _TurnReads(reads, pending, waiting, confirmed)
 
     async def after_reply(self, result: TurnResult) -> str | None:
         """The work that follows a sent reply: the transcript segment, then the topic; the

@@ -195,6 +195,17 @@ class Database:
         async with _transaction(self._reading) as session:
             yield session
 
+    @asynccontextmanager
+    async def lookups(self) -> AsyncIterator[AsyncSession]:
+        """A session for reads that need no one snapshot, each statement seeing what was
+        committed when it ran. On PostgreSQL each statement commits by itself (autocommit: no
+        `BEGIN` and `COMMIT` round trips; at READ COMMITTED a transaction's reads see no more
+        than that); on SQLite it is `reading` (one deferred transaction, which takes no
+        lock). Not for writes, nor for statements that set something for the next one
+        (`set_config(…, true)`)."""
+        async with _transaction(self._reading if self.is_sqlite else self._single) as session:
+            yield session
+
     async def ping(self, *, within_seconds: float = 2.0) -> None:
         """Run `SELECT 1`; raises `StorageError` with the cause when the database is unusable."""
         try:
