@@ -8,6 +8,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.lifecycle import transition
 from sessions.routing import Arrival, RoutingPolicy, find_unchanged, resolve_session
@@ -30,6 +31,11 @@ async def alice_with_a_session(database: Database) -> str:
         return session.id
 
 
+def changed(db: AsyncSession) -> bool:
+    """Whether the session holds changes to its objects that a flush would write."""
+    return bool(db.new or db.dirty or db.deleted)
+
+
 async def status_of(database: Database, session_id: str) -> str:
     async with database.session() as db:
         session = await SessionRepository(db).get(session_id)
@@ -41,7 +47,7 @@ async def test_a_message_continuing_its_session_is_routed_by_reads(database: Dat
     session_id = await alice_with_a_session(database)
     async with database.lookups() as db:
         route = await find_unchanged(db, DM, POLICY, now=AT + timedelta(hours=1))
-        assert not (db.new or db.dirty or db.deleted)
+        assert not changed(db)
     assert route is not None
     assert (route.session.id, route.reason, route.reactivated) == (session_id, "active", False)
 
@@ -51,7 +57,7 @@ async def test_an_idle_session_is_left_for_the_transaction_to_archive(database: 
     later = AT + timedelta(hours=9)
     async with database.lookups() as db:
         assert await find_unchanged(db, DM, POLICY, now=later) is None
-        assert not (db.new or db.dirty or db.deleted)
+        assert not changed(db)
     assert await status_of(database, session_id) == "active"
     async with database.session() as db:
         route = await resolve_session(db, DM, POLICY, now=later)
@@ -72,7 +78,7 @@ async def test_an_archived_thread_is_left_for_the_transaction_to_reactivate(
     )
     async with database.lookups() as db:
         assert await find_unchanged(db, in_thread, POLICY, now=AT) is None
-        assert not (db.new or db.dirty or db.deleted)
+        assert not changed(db)
     assert await status_of(database, session_id) == "archived"
     async with database.session() as db:
         route = await resolve_session(db, in_thread, POLICY, now=AT)
