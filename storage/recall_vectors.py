@@ -76,14 +76,23 @@ def decode_vectors(blobs: Sequence[bytes], dimensions: int) -> Vectors:
     return joined.astype(np.float32)
 
 
-@functools.lru_cache(maxsize=16)
-def _insert_turn(count: int) -> str:
+@functools.lru_cache(maxsize=32)
+def _insert_turn(count: int, dialect: str) -> str:
     """The vectors of `count` messages of a session, matched to their entries by position
-    (a `VALUES` list's columns are `column1`, `column2` on both backends)."""
+    (a `VALUES` list's columns are `column1`, `column2` on both backends).
+
+    On PostgreSQL the kind is compared with IS NOT DISTINCT FROM, which no index serves: the
+    statement is prepared, and its generic plan, made while the table's statistics are off (a
+    new database, or one grown since autovacuum's last pass), read the (kind, source_id)
+    index's 'turn' range, every turn of every user, for the session's few (1,400 rows read
+    for 8 kept in an EXPLAIN of a 200-user `bench/e2e.py` database). Only (session_id, seq)
+    is left to serve it, on the turn's range of positions: not the whole session's."""
+    kind = "IS NOT DISTINCT FROM" if dialect == "postgresql" else "="
     return f"""INSERT INTO recall_vectors (entry_id, user_id, kind, model, vector)
     SELECT e.id, e.user_id, e.kind, :model, v.column2 FROM recall_entries e
     JOIN (VALUES {driver_rows.values_list(("seq", "vector"), count)}) AS v ON e.seq = v.column1
-    WHERE e.session_id = :session_id AND e.kind = 'turn'"""  # noqa: S608 (placeholders only)
+    WHERE e.session_id = :session_id AND e.seq BETWEEN :first AND :last
+      AND e.kind {kind} 'turn'"""  # noqa: S608 (placeholders only)
 
 
 _INSERT_SOURCE = text(
@@ -110,10 +119,12 @@ async def write_turn_vectors(
     vectors = embedder.embed([content for _, content in indexed])
     await driver_rows.rows(
         db,
-        _insert_turn(len(indexed)),
+        _insert_turn(len(indexed), db.get_bind().dialect.name),
         {
             "session_id": session_id,
             "model": embedder.model_id,
+            "first": indexed[0][0],
+            "last": indexed[-1][0],
             **driver_rows.numbered(
                 [
                     {"seq": seq, "vector": encode_vector(vector)}

@@ -5,6 +5,7 @@ nearest entries, reads on as entries are written, and never crosses users."""
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Sequence
 from datetime import timedelta
@@ -13,13 +14,14 @@ from typing import ClassVar
 import numpy as np
 import pytest
 from sqlalchemy import func, select, update
+from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.database import Database
 from storage.models import RecallVector, SessionCompaction, SessionMessage, SessionSummary
 from storage.recall_entries import COMPACTION, SUMMARY, TURN, IndexedText
 from storage.recall_index import RecallIndexRepository
-from storage.recall_vectors import Vectors, rebuild_vectors
+from storage.recall_vectors import Vectors, _insert_turn, rebuild_vectors
 from storage.repositories.compactions import CompactionRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
@@ -257,3 +259,40 @@ async def test_the_least_recently_searched_users_are_forgotten_past_the_memory_b
     assert [index.held_rows(user) for user in ("alice", "bob", "carol")] == [3, 0, 2]
     assert (await nearest(database, index, "bob", "car"))[0] == "My car."  # carol goes
     assert [index.held_rows(user) for user in ("alice", "bob", "carol")] == [3, 2, 0]
+
+
+async def test_a_turns_vectors_read_only_its_own_entries_whatever_the_statistics(
+    database: Database,
+) -> None:
+    """PostgreSQL prepares the statement and may plan it once for every session. While the
+    table's statistics are off (never analyzed here), that plan must still reach the turn's
+    entries through (session_id, seq), not through the 'turn' range of (kind, source_id),
+    which holds every user's turns."""
+    if database.is_sqlite:
+        pytest.skip("PostgreSQL's generic plans")
+    await make_user(database, "alice", "Alice")
+    for _ in range(3):
+        await make_session(database, "alice", *[("user", f"turn {n}") for n in range(20)])
+    sql = _insert_turn(2, "postgresql")
+    types = {"session_id": "text", "first": "int", "last": "int", "model": "text"}
+    types |= {
+        f"{name}_{row}": kind
+        for row in range(2)
+        for name, kind in (("seq", "int"), ("vector", "bytea"))
+    }
+    order = list(dict.fromkeys(re.findall(r"(?<![:\w]):(\w+)", sql)))
+    numbered = re.sub(r"(?<![:\w]):(\w+)", lambda m: f"${order.index(m[1]) + 1}", sql)
+    arguments = ", ".join(
+        "'s'" if types[n] == "text" else "'\\x00'" if types[n] == "bytea" else "1" for n in order
+    )
+    async with database.session() as db:
+        await db.execute(sql_text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        await db.execute(
+            sql_text(f"PREPARE turn_vectors({', '.join(types[n] for n in order)}) AS {numbered}")
+        )
+        plan = "\n".join(
+            (await db.execute(sql_text(f"EXPLAIN EXECUTE turn_vectors({arguments})"))).scalars()
+        )
+    assert "ix_recall_entries_session_seq" in plan
+    assert "uq_recall_entries_kind" not in plan
+    assert "seq >=" in plan
