@@ -226,14 +226,19 @@ class LoadGenerator:
 
 
 class PostCollector:
-    """Reads the fake Slack API's posts as they arrive and matches them to events by token."""
+    """Reads the fake Slack API's posts as they arrive and matches them to events by token.
+
+    A live reply is posted with its first words and edited as the model writes (`chat.update`):
+    its answer arrives with the edit that first holds its token. A post that no edit ever
+    completed with a token is unmatched."""
 
     def __init__(self, slack_url: str) -> None:
         self._client = httpx.AsyncClient(base_url=slack_url, timeout=30)
         self.read = 0
         self.at: dict[str, list[float]] = {}  # token → when each post for it arrived
-        self.unmatched: list[str] = []
         self._waiters: dict[str, asyncio.Future[None]] = {}
+        self._matched: set[str] = set()  # messages (ts) whose text had a token
+        self._tokenless: dict[str, str] = {}  # ts → text of a post still without one
 
     async def fetch(self) -> None:
         """Read the posts that came since the last call."""
@@ -242,15 +247,26 @@ class PostCollector:
         posts: list[dict[str, Any]] = response.json()
         self.read += len(posts)
         for post in posts:
-            tokens = TOKEN.findall(str(post["text"]))
+            ts, text = str(post["ts"]), str(post["text"])
+            tokens = TOKEN.findall(text)
+            if ts in self._matched:
+                continue  # a later edit of an answer already counted
             if not tokens:
-                self.unmatched.append(str(post["text"])[:160])
+                if not post["edited"]:
+                    self._tokenless[ts] = text[:160]
                 continue
+            self._tokenless.pop(ts, None)
+            self._matched.add(ts)
             token = tokens[-1]  # merged messages: the turn answers the latest
             self.at.setdefault(token, []).append(float(post["at"]))
             waiter = self._waiters.pop(token, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
+
+    @property
+    def unmatched(self) -> list[str]:
+        """The texts of the posts that no token matched, not even in an edit."""
+        return list(self._tokenless.values())
 
     async def follow(self) -> None:
         """Fetch until cancelled."""

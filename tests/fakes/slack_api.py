@@ -119,9 +119,9 @@ class FakeSlackAPI:
         self.auth_error: str | None = None
         self.fail_attempts: dict[int, SlackFailure] = {}  # nth chat.postMessage (1-based)
         self.uploads: dict[str, dict[str, Any]] = {}  # file id → filename, content, channel
-        # Successful chat.postMessage calls as (channel, text, received_at), in arrival order:
-        # `GET /_posts` reads them without walking `calls`.
-        self.post_log: list[tuple[str, str, float]] = []
+        # Successful chat.postMessage and chat.update calls as (channel, text, received_at,
+        # ts, edited), in arrival order: `GET /_posts` reads them without walking `calls`.
+        self.post_log: list[tuple[str, str, float, str, bool]] = []
         self.messages: dict[str, SlackMessage] = {}
         self.failures: dict[str, deque[SlackFailure]] = {}
         self.refuse: dict[str, str] = {}
@@ -271,6 +271,7 @@ class FakeSlackAPI:
                 return _refused("cant_update_message")
             message.text = str(params.get("text") or params.get("markdown_text") or "")
             params["ok"] = True
+            self.post_log.append((channel, message.text, call.received_at, message.ts, True))
             return JSONResponse({"ok": True, "channel": channel, "ts": message.ts})
         ts = self._next_ts()
         params["ok"] = True
@@ -285,7 +286,7 @@ class FakeSlackAPI:
         self.messages[ts] = SlackMessage(
             posted_to, ts, thread_ts, text, call.method, metadata=metadata
         )
-        self.post_log.append((channel, str(params.get("text")), call.received_at))
+        self.post_log.append((channel, str(params.get("text")), call.received_at, ts, False))
         return JSONResponse({"ok": True, "channel": posted_to, "ts": ts})
 
     def _history(self, params: dict[str, Any], *, thread_ts: Any) -> Response:
@@ -412,8 +413,8 @@ class FakeSlackAPI:
             return JSONResponse({"error": "after must be a number"}, status_code=400)
         return JSONResponse(
             [
-                {"channel": channel, "text": text, "at": at}
-                for channel, text, at in self.post_log[after:]
+                {"channel": channel, "text": text, "at": at, "ts": ts, "edited": edited}
+                for channel, text, at, ts, edited in self.post_log[after:]
             ]
         )
 
