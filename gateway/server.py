@@ -69,6 +69,9 @@ def http_server(runtime: GatewayRuntime, host: str, port: int) -> GatewayServer:
             access_log=False,
             lifespan="off",
             server_header=False,
+            # The C parser (a dependency): about 8 % less CPU a message than h11 and 10 %
+            # more messages a second in `bench/e2e.py`.
+            http="httptools",
             timeout_graceful_shutdown=SHUTDOWN_GRACE,
         ),
         runtime,
