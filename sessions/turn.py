@@ -133,7 +133,7 @@ class TurnService:
         waiting, confirmed = read.waiting, read.confirmed
         session_id, org_id = route.session.id, route.session.org_id
         structlog.contextvars.bind_contextvars(session_id=session_id)
-        # Recall searches after the routing transaction, in transactions of its own.
+        # Recall searches after the reads, in transactions of its own.
         reads = await self.engine.with_earlier(reads)
         taken = await self._take_files(
             turn, SessionRef(org_id, arrival.user_id, session_id), progress

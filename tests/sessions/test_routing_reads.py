@@ -36,6 +36,13 @@ def changed(db: AsyncSession) -> bool:
     return bool(db.new or db.dirty or db.deleted)
 
 
+async def left_for_the_transaction(database: Database, arrival: Arrival, now: datetime) -> None:
+    """Routing by reads finds nothing to continue as it stands, and changes nothing."""
+    async with database.lookups() as db:
+        assert await find_unchanged(db, arrival, POLICY, now=now) is None
+        assert not changed(db)
+
+
 async def status_of(database: Database, session_id: str) -> str:
     async with database.session() as db:
         session = await SessionRepository(db).get(session_id)
@@ -55,9 +62,7 @@ async def test_a_message_continuing_its_session_is_routed_by_reads(database: Dat
 async def test_an_idle_session_is_left_for_the_transaction_to_archive(database: Database) -> None:
     session_id = await alice_with_a_session(database)
     later = AT + timedelta(hours=9)
-    async with database.lookups() as db:
-        assert await find_unchanged(db, DM, POLICY, now=later) is None
-        assert not changed(db)
+    await left_for_the_transaction(database, DM, later)
     assert await status_of(database, session_id) == "active"
     async with database.session() as db:
         route = await resolve_session(db, DM, POLICY, now=later)
@@ -76,9 +81,7 @@ async def test_an_archived_thread_is_left_for_the_transaction_to_reactivate(
     in_thread = Arrival(
         user_id="alice", org_id="acme", channel_type="slack", channel_id="D1", thread_id="T1"
     )
-    async with database.lookups() as db:
-        assert await find_unchanged(db, in_thread, POLICY, now=AT) is None
-        assert not changed(db)
+    await left_for_the_transaction(database, in_thread, AT)
     assert await status_of(database, session_id) == "archived"
     async with database.session() as db:
         route = await resolve_session(db, in_thread, POLICY, now=AT)
