@@ -9,8 +9,9 @@ session. With
 
 A turn first routes by reads alone (`find_unchanged`, no transaction on PostgreSQL, no lock
 on SQLite): most messages continue a session as it stands. Only when something has to change
-does routing run inside the turn's first transaction (`sessions.turn`), as it does in a
-command's, on the loaded row; what leaves `sessions` is a frozen `SessionView`, never the row.
+does routing run inside the turn's first transaction (`sessions.turn`), given what the reads
+found (`Unrouted`), as it does in a command's, on the loaded row; what leaves `sessions` is a
+frozen `SessionView`, never the row.
 """
 
 from __future__ import annotations
@@ -69,6 +70,16 @@ class Route:
     thread_taken: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Unrouted:
+    """A message that continues no session as it stands: `fresh` when there is nothing to
+    continue (no thread, reply or current session of its user: it starts a session, unless it
+    resumes one by reference), and whether its thread belongs to another user's session."""
+
+    fresh: bool
+    thread_taken: bool = False
+
+
 async def find_session(
     session: AsyncSession,
     arrival: Arrival,
@@ -77,7 +88,8 @@ async def find_session(
     now: datetime,
 ) -> Route | None:
     """The session the message continues, without creating one (None: it would be new)."""
-    return (await _continued(session, arrival, policy, now=now))[0]
+    found = await _continued(session, arrival, policy, now=now)
+    return found if isinstance(found, Route) else None
 
 
 async def find_unchanged(
@@ -86,12 +98,12 @@ async def find_unchanged(
     policy: RoutingPolicy,
     *,
     now: datetime,
-) -> Route | None:
+) -> Route | Unrouted:
     """The route of a message that continues a session as it stands (neither archived nor
-    idle past `archive_after`), found by reads alone; None when routing has something to
+    idle past `archive_after`), found by reads alone. Otherwise routing has something to
     change (reactivate, archive or create a session), which `resolve_session` then does in a
-    transaction."""
-    return (await _continued(session, arrival, policy, now=now, change=False))[0]
+    transaction, given what was found here."""
+    return await _continued(session, arrival, policy, now=now, change=False)
 
 
 async def resolve_session(
@@ -101,15 +113,24 @@ async def resolve_session(
     *,
     now: datetime,
     referenced: str | None = None,
+    unrouted: Unrouted | None = None,
 ) -> Route:
     """The session the message belongs to, created when there is none to continue.
 
     `referenced` names an archived session the message clearly continues (found by recall,
     with `recall.resume_by_reference`); it is used only when nothing else claims the message.
+    `unrouted` is what `find_unchanged` found just before, under the same turn lock: when
+    there was nothing to continue, nothing is looked up again (only this user's turns create
+    or reactivate its sessions, and they wait for the lock).
     """
-    found, thread_taken = await _continued(session, arrival, policy, now=now)
-    if found is not None:
+    found: Route | Unrouted
+    if unrouted is not None and unrouted.fresh:
+        found = unrouted
+    else:
+        found = await _continued(session, arrival, policy, now=now)
+    if isinstance(found, Route):
         return found
+    thread_taken = found.thread_taken
     scope_channel = arrival.channel_type if policy.scope == "channel" else None
     if referenced is not None:
         candidate = await SessionRepository(session).get(referenced, for_update=True)
@@ -138,9 +159,10 @@ async def _continued(
     *,
     now: datetime,
     change: bool = True,
-) -> tuple[Route | None, bool]:
-    """The route of a continued session (None: it would be new, or without `change` it would
-    need a change), and whether the message's thread belongs to another user's session."""
+) -> Route | Unrouted:
+    """The route of a continued session; otherwise whether the message starts a session
+    (with `change`, after archiving an idle one; without, only when there is none) and whether
+    its thread belongs to another user's session."""
     sessions = SessionRepository(session)
     channel = arrival.channel_type
     owner = await sessions.find_by_thread(channel, arrival.channel_id, arrival.thread_id)
@@ -149,18 +171,20 @@ async def _continued(
     for candidate, reason in ((owner, "thread"), (replied_to, "reply")):
         if candidate is not None and candidate.user_id == arrival.user_id:
             if not change and candidate.status in _CLOSED:
-                return None, thread_taken
+                return Unrouted(fresh=False, thread_taken=thread_taken)
             reactivated = _reactivate(candidate, now=now, reason=reason)
-            return Route(candidate, reason, reactivated), False  # type: ignore[arg-type]
+            return Route(candidate, reason, reactivated)  # type: ignore[arg-type]
     scope_channel = channel if policy.scope == "channel" else None
     active = await sessions.find_latest_active(arrival.user_id, scope_channel=scope_channel)
     if active is None:
-        return None, thread_taken
+        return Unrouted(fresh=True, thread_taken=thread_taken)
     if now - active.last_active_at > policy.archive_after:
-        if change and active.status == SessionStatus.ACTIVE.value:
+        if not change:
+            return Unrouted(fresh=False, thread_taken=thread_taken)
+        if active.status == SessionStatus.ACTIVE.value:
             transition(active, SessionStatus.ARCHIVED, at=now, reason="idle")
-        return None, thread_taken
-    return Route(active, "active", thread_taken=thread_taken), thread_taken
+        return Unrouted(fresh=True, thread_taken=thread_taken)
+    return Route(active, "active", thread_taken=thread_taken)
 
 
 async def _session_replied_to(session: AsyncSession, arrival: Arrival) -> Session | None:

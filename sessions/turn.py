@@ -304,9 +304,9 @@ class TurnService:
         """
         arrival = turn.arrival
         async with self.database.lookups() as db:
-            route = await find_unchanged(db, arrival, self.routing, now=now)
-            if route is not None:
-                return route, await self._read(db, route, turn, now=now)
+            found = await find_unchanged(db, arrival, self.routing, now=now)
+            if isinstance(found, Route):
+                return found, await self._read(db, found, turn, now=now)
         referenced = None
         if (
             self.find_referenced is not None
@@ -318,7 +318,9 @@ class TurnService:
             # it would wait for its write lock.
             referenced = await self.find_referenced(arrival.user_id, turn.text)
         async with self.database.session() as db:
-            route = await resolve_session(db, arrival, self.routing, now=now, referenced=referenced)
+            route = await resolve_session(
+                db, arrival, self.routing, now=now, referenced=referenced, unrouted=found
+            )
             return route, await self._read(db, route, turn, now=now)
 
     async def _read(

@@ -7,11 +7,18 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.lifecycle import transition
-from sessions.routing import Arrival, RoutingPolicy, find_unchanged, resolve_session
+from sessions.routing import (
+    Arrival,
+    Route,
+    RoutingPolicy,
+    Unrouted,
+    find_unchanged,
+    resolve_session,
+)
 from storage.database import Database
 from storage.models import SessionStatus
 from storage.repositories.sessions import SessionRepository
@@ -37,9 +44,9 @@ def changed(db: AsyncSession) -> bool:
 
 
 async def left_for_the_transaction(database: Database, arrival: Arrival, now: datetime) -> None:
-    """Routing by reads finds nothing to continue as it stands, and changes nothing."""
+    """Routing by reads finds a session to change, and changes nothing."""
     async with database.lookups() as db:
-        assert await find_unchanged(db, arrival, POLICY, now=now) is None
+        assert await find_unchanged(db, arrival, POLICY, now=now) == Unrouted(fresh=False)
         assert not changed(db)
 
 
@@ -55,8 +62,32 @@ async def test_a_message_continuing_its_session_is_routed_by_reads(database: Dat
     async with database.lookups() as db:
         route = await find_unchanged(db, DM, POLICY, now=AT + timedelta(hours=1))
         assert not changed(db)
-    assert route is not None
+    assert isinstance(route, Route)
     assert (route.session.id, route.reason, route.reactivated) == (session_id, "active", False)
+
+
+async def test_a_first_message_is_left_to_the_transaction_that_only_creates(
+    database: Database,
+) -> None:
+    await alice_with_a_session(database)
+    bob = Arrival(user_id="bob", org_id="acme", channel_type="slack", channel_id="D2")
+    async with database.session() as db:
+        await UserRepository(db).upsert("bob", "acme", "Bob")
+    async with database.lookups() as db:
+        found = await find_unchanged(db, bob, POLICY, now=AT)
+    assert found == Unrouted(fresh=True)
+    assert isinstance(found, Unrouted)
+    statements: list[str] = []
+    event.listen(
+        database.engine.sync_engine,
+        "before_cursor_execute",
+        lambda _c, _cursor, statement, *_a: statements.append(statement),
+    )
+    async with database.session() as db:
+        route = await resolve_session(db, bob, POLICY, now=AT, unrouted=found)
+    # Nothing looked up again: the session's INSERT is the transaction's one statement.
+    assert [s.split()[0] for s in statements if not s.startswith(("BEGIN", "COMMIT"))] == ["INSERT"]
+    assert (route.reason, route.session.user_id) == ("new", "bob")
 
 
 async def test_an_idle_session_is_left_for_the_transaction_to_archive(database: Database) -> None:
