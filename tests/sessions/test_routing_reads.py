@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import event, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.lifecycle import transition
@@ -23,6 +23,7 @@ from storage.database import Database
 from storage.models import SessionStatus
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
+from tests.statements import recorded_statements
 
 AT = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 POLICY = RoutingPolicy(scope="user", archive_after=timedelta(hours=8))
@@ -77,14 +78,9 @@ async def test_a_first_message_is_left_to_the_transaction_that_only_creates(
         found = await find_unchanged(db, bob, POLICY, now=AT)
     assert found == Unrouted(fresh=True)
     assert isinstance(found, Unrouted)
-    statements: list[str] = []
-    event.listen(
-        database.engine.sync_engine,
-        "before_cursor_execute",
-        lambda _c, _cursor, statement, *_a: statements.append(statement),
-    )
-    async with database.session() as db:
-        route = await resolve_session(db, bob, POLICY, now=AT, unrouted=found)
+    with recorded_statements(database) as statements:
+        async with database.session() as db:
+            route = await resolve_session(db, bob, POLICY, now=AT, unrouted=found)
     # Nothing looked up again: the session's INSERT is the transaction's one statement.
     assert [s.split()[0] for s in statements if not s.startswith(("BEGIN", "COMMIT"))] == ["INSERT"]
     assert (route.reason, route.session.user_id) == ("new", "bob")

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import event
-
 from sessions.turn_tools import WaitingCalls
 from storage.database import Database
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.tool_confirmations import ToolConfirmationRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
 from storage.turn_store import MessageToStore, store_turn_messages
+from tests.statements import recorded_statements
 
 AT = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
 
@@ -65,15 +64,11 @@ async def test_a_call_asked_by_another_process_is_found_and_answered(database: D
     session_id, last_seq = await session_with_a_turn(database)
     here = WaitingCalls()
     here.remember(session_id, last_seq, none_waiting=True)
-    statements: list[str] = []
-    event.listen(
-        database.engine.sync_engine,
-        "before_cursor_execute",
-        lambda _c, _cursor, statement, *_a: statements.append(statement),
-    )
     # This process answered the latest turn and left nothing waiting: no look at all.
-    async with database.lookups() as db:
-        assert await here.read(db, session_id, last_seq, "alice", "yes", now=AT) == (None, None)
+    with recorded_statements(database) as statements:
+        async with database.lookups() as db:
+            found = await here.read(db, session_id, last_seq, "alice", "yes", now=AT)
+    assert found == (None, None)
     assert not [s for s in statements if "tool_confirmations" in s]
 
     moved = await another_process_asks(database, session_id)

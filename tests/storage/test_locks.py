@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 from storage.database import Database
 from storage.locks import LocalTurnLocks, PostgresTurnLocks
+from tests.statements import recorded_statements
 
 
 @pytest.fixture
@@ -57,17 +58,8 @@ async def terminate_backend(database: Database, pid: int) -> None:
 @contextmanager
 def lock_statements(database: Database) -> Iterator[list[str]]:
     """The statements that take or release advisory locks on the database's engine."""
-    statements: list[str] = []
-
-    def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if "advisory" in statement:
-            statements.append(statement)
-
-    event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
-    try:
-        yield statements
-    finally:
-        event.remove(database.engine.sync_engine, "before_cursor_execute", seen)
+    with recorded_statements(database, keep=lambda statement: "advisory" in statement) as seen:
+        yield seen
 
 
 async def wait_until_free(locks: PostgresTurnLocks, key: str) -> None:
