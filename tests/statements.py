@@ -15,8 +15,9 @@ from storage.database import Database
 def recorded_statements(
     database: Database, keep: Callable[[str], bool] = lambda _statement: True
 ) -> Iterator[list[str]]:
-    """Every statement sent through the engine in the block that `keep` keeps, in order (the
-    driver's own `BEGIN` and `COMMIT` on PostgreSQL are not among them; SQLite's are)."""
+    """Every statement sent through the engine in the block that `keep` keeps, in order. Not
+    among them: the `BEGIN` and `COMMIT` that psycopg sends itself on PostgreSQL, and
+    SQLite's `COMMIT` (the driver's `commit()`); SQLite's `BEGIN IMMEDIATE` is one."""
     statements: list[str] = []
 
     def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
