@@ -14,7 +14,9 @@ measured on LoCoMo (`bench/recall_locomo.py`; the reads and the ranking of one s
    words of the question, so each of the best candidates passes a share of its score to the
    turns next to it (`neighbour_weight`, and `second_neighbour_weight` two turns away).
 3. Speaker: when the query names a speaker of the candidate turns ("what did Caroline
-   research?"), that speaker's turns are boosted (`speaker_boost`).
+   research?"), that speaker's turns are boosted (`speaker_boost`); of several named, those
+   it asks about (`sessions.recall_query.asked_about`: "what did Joanna recommend to Nate?"
+   asks about Joanna).
 4. Summaries: sessions whose summaries (session summaries and compaction summaries) match the
    query lend their turns a boost in proportion (`summary_weight`).
 

@@ -9,7 +9,7 @@ repeats are dropped; at most `MAX_QUERY_TERMS` are kept. Stemming is the backend
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 # The Snowball English stopword list (the one PostgreSQL's english configuration uses), so
 # both backends drop the same words.
@@ -25,6 +25,12 @@ STOPWORDS = frozenset(_STOPWORD_LIST.split())
 MAX_QUERY_TERMS = 32
 _WORD = re.compile(r"[^\W_]+")
 _NAME_WORD = re.compile(r"([^\W_]+)(?:['\u2019]s\b)?")
+_WORD_AND_POSSESSIVE = re.compile(r"([^\W_]+)(['\u2019]s\b)?")
+# Words after which a name is the object of the question, not who it asks about: "what did
+# Joanna recommend to Nate?", "how did Nate feel about sharing it with Joanna?".
+_OBJECT_MARKERS = frozenset(
+    ["to", "with", "for", "from", "about", "by", "toward", "towards", "at", "than"]
+)
 
 
 def words(text: str) -> list[str]:
@@ -50,3 +56,46 @@ def without_names(query: str, names: Iterable[str]) -> str:
     if not named:
         return query
     return _NAME_WORD.sub(lambda match: "" if match[1].lower() in named else match[0], query)
+
+
+def asked_about(query: str, speakers: Collection[str], *, roles: bool = True) -> set[str]:
+    """The speakers (of `speakers`) a query asks about: those it names as its subject, not
+    after "to", "with", "about"… ("what did Joanna recommend to Nate?" asks about Joanna) nor
+    only as an owner ("what does Melanie think of Caroline's plan?"); failing these, the
+    owners ("what do Melanie's kids like?"); failing those, every speaker it names. Without
+    `roles`, every speaker it names."""
+    words_of = {speaker: set(words(speaker)) for speaker in speakers}
+    roles_of: dict[str, set[str]] = {}
+    group: list[str] = []  # the names of a run joined by "and"/"or": "Tim and John's"
+    group_role = ""
+    last: list[str] = []  # the speakers the previous word named
+    previous = ""
+    for match in _WORD_AND_POSSESSIVE.finditer(query):
+        word = match[1].lower()
+        named = [speaker for speaker, name in words_of.items() if word in name]
+        if named and named == last and not match[2]:
+            previous = word  # the next word of the same name ("Caroline Smith")
+            continue
+        if named:
+            if group and (previous in {"and", "or"} or last):
+                role = group_role  # "to Tim, John and Ann": all three are objects
+            elif previous in _OBJECT_MARKERS:
+                role = "object"
+            else:
+                group, role = [], "subject"
+            group_role = role
+            group += named
+            found = {role, "owner"} if match[2] else {role}
+            for speaker in group:
+                roles_of[speaker] = roles_of.get(speaker, set()) | found
+        elif word not in {"and", "or"}:
+            group = []
+        last = named
+        previous = word
+    if not roles:
+        return set(roles_of)
+    for wanted in ("subject", "owner", "object"):
+        asked = {speaker for speaker, found in roles_of.items() if wanted in found}
+        if asked:
+            return asked
+    return set()

@@ -8,7 +8,8 @@ reads the candidates and applies them in this order, with the weights of `Recall
    the words of the question, so each of the best candidates passes a share of its score to
    the turns next to it.
 2. `boost_named_speakers`: when the query names a speaker of the candidate turns ("what did
-   Caroline research?"), that speaker's turns are boosted.
+   Caroline research?"), that speaker's turns are boosted (of several named, those the
+   query asks about: `sessions.recall_query.asked_about`).
 3. `boost_by_summaries`: sessions whose summaries match the query lend their turns a boost in
    proportion to the summary's score.
 
@@ -19,10 +20,9 @@ into one ranking (reciprocal-rank fusion), whose scores the three then work on.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
-from sessions.recall_query import query_terms
 from storage.recall_entries import IndexedText
 
 
@@ -70,19 +70,11 @@ def spread_to_neighbours(
 def boost_named_speakers(
     scores: Mapping[int, float],
     entries: Mapping[int, IndexedText],
-    terms: Sequence[str],
+    named: Collection[str],
     boost: float,
 ) -> dict[int, float]:
-    """Multiply by `1 + boost` the scores of the turns of speakers the query's `terms` name."""
-    if boost <= 0:
-        return dict(scores)
-    asked = set(terms)
-    named = {
-        speaker
-        for speaker in {entries[entry_id].speaker for entry_id in scores}
-        if asked.intersection(query_terms(speaker))
-    }
-    if not named:
+    """Multiply by `1 + boost` the scores of the turns of the `named` speakers."""
+    if boost <= 0 or not named:
         return dict(scores)
     return {
         entry_id: score * (1 + boost) if entries[entry_id].speaker in named else score

@@ -16,7 +16,7 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from sessions.recall_query import query_terms, without_names
+from sessions.recall_query import asked_about, query_terms, without_names
 from sessions.recall_ranking import (
     boost_by_summaries,
     boost_named_speakers,
@@ -122,7 +122,9 @@ class OneSearch:
                 neighbour_weight=options.neighbour_weight,
                 second_neighbour_weight=options.second_neighbour_weight,
             )
-        scores = boost_named_speakers(scores, entries, self.terms, options.speaker_boost)
+        speakers = {entries[entry_id].speaker for entry_id in scores} - {""}
+        named = asked_about(self.query, speakers, roles=options.speaker_roles)
+        scores = boost_named_speakers(scores, entries, named, options.speaker_boost)
         scores = boost_by_summaries(scores, entries, summaries, options.summary_weight)
         ranked: list[tuple[IndexedText, float]] = []
         if "turn" in self.kinds:

@@ -106,6 +106,7 @@ class RecallOptions:
     neighbour_weight: float = 0.5
     second_neighbour_weight: float = 0.15
     speaker_boost: float = 2.0
+    speaker_roles: bool = True
     summary_weight: float = 1.0
     ranking: Ranking = "bm25"
     automatic: RecallBounds = AUTOMATIC

@@ -119,6 +119,25 @@ async def test_turns_of_a_speaker_the_query_names_come_first(database: Database)
     assert found[0].speaker == "Melanie"
 
 
+async def test_only_the_speaker_a_query_asks_about_is_boosted(database: Database) -> None:
+    _, ids = await conversation(
+        database,
+        [
+            ("Caroline", "Caroline recommends a book to Melanie."),
+            ("Melanie", "I recommend a book by Le Guin."),
+            *[("Caroline", f"The weather on day {day} was fine.") for day in range(4)],
+        ],
+    )
+    query = "What book did Melanie recommend to Caroline?"
+    plain = RecallOptions(neighbour_weight=0, second_neighbour_weight=0, summary_weight=0)
+    either = await RecallSearch(database, replace(plain, speaker_roles=False)).search(
+        "alice", query, 2
+    )
+    assert [hit.message_id for hit in either] == [ids[0], ids[1]]
+    found = await RecallSearch(database, plain).search("alice", query, 2)
+    assert [hit.message_id for hit in found] == [ids[1], ids[0]]
+
+
 async def test_a_matching_session_summary_lifts_that_sessions_turns(database: Database) -> None:
     first, first_ids = await conversation(database, [("Alice", "The budget is fine.")])
     _, second_ids = await conversation(database, [("Alice", "The budget is tight.")], day=1)

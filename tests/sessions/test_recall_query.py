@@ -1,0 +1,38 @@
+"""Which speakers a recall query asks about (`sessions.recall_query.asked_about`): the ones
+it names as its subject, not those it names after "to", "with", "about"… or only as owners."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions.recall_query import asked_about
+
+SPEAKERS = ("Tim", "John", "Caroline Smith", "Melanie")
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("What did Melanie research?", {"Melanie"}),
+        ("What did Joanna recommend to Tim?", {"Tim"}),
+        ("What did Tim recommend to John?", {"Tim"}),
+        ("How did Tim feel about sharing desserts with John?", {"Tim"}),
+        ("What does Melanie think about Caroline's decision?", {"Melanie"}),
+        ("What do Melanie's kids like?", {"Melanie"}),
+        ("What movies have both Tim and John seen?", {"Tim", "John"}),
+        ("Who is Tim and John's favorite basketball player?", {"Tim", "John"}),
+        ("What did Caroline Smith say to Tim and John?", {"Caroline Smith"}),
+        ("Did Tim write to Caroline Smith?", {"Tim"}),
+        ("What did they give to Tim, John and Melanie?", {"Tim", "John", "Melanie"}),
+        ("What did Melanie\u2019s brother give to Tim?", {"Melanie"}),
+        ("What is the weather like?", set()),
+    ],
+)
+def test_the_speakers_a_query_asks_about(query: str, expected: set[str]) -> None:
+    assert asked_about(query, SPEAKERS) == expected
+
+
+def test_without_roles_every_speaker_named_counts() -> None:
+    query = "What did Melanie recommend to Tim?"
+    assert asked_about(query, SPEAKERS, roles=False) == {"Melanie", "Tim"}
+    assert asked_about(query, []) == set()
