@@ -5,7 +5,7 @@ session and compaction summaries) for a question such as "what did we decide abo
 The index itself lives in the database (`storage.recall_index`); this module owns the search:
 what it reads of the index and the ranking built on the index's BM25 scores, each part
 measured on LoCoMo (`bench/recall_locomo.py`; the reads and the ranking of one search are
-`sessions.recall_search`'s, the score arithmetic of 2 to 4 `sessions.recall_ranking`'s):
+`sessions.recall_search`'s, the score arithmetic of 2 to 5 `sessions.recall_ranking`'s):
 
 1. Query processing (`sessions.recall_query`): words (letters and digits) in lower case,
    English stopwords dropped, OR semantics (a turn matching any word is a candidate). The
@@ -19,6 +19,8 @@ measured on LoCoMo (`bench/recall_locomo.py`; the reads and the ranking of one s
    asks about Joanna).
 4. Summaries: sessions whose summaries (session summaries and compaction summaries) match the
    query lend their turns a boost in proportion (`summary_weight`).
+5. Dates: when the query names a day or a month ("as mentioned on 3 June, 2023", "in January
+   2024": `sessions.recall_dates`), the turns written then are boosted (`date_boost`).
 
 What the index examines is bounded (`storage.recall_entries.SearchBound`): the user's most
 recent entries for every word, the whole history only for words the user has rarely used, the
@@ -28,11 +30,11 @@ uses a small bound, so its cost does not grow with the user's history; the
 searches with `thorough=True` (`THOROUGH`: a window twenty times larger, five times the rare
 words' postings, every word of the query), thorough but still bounded.
 
-Dense recall (with a `VectorIndex` and `options.dense`): before 2 to 4, the full-text
+Dense recall (with a `VectorIndex` and `options.dense`): before 2 to 5, the full-text
 candidates of turns, and of summaries, are fused with the entries whose vectors are nearest
 to the query's (`storage.recall_vectors`; cosine at least `dense_min_similarity`, within the
 bound's `vector_window` most recent entries) by `sessions.recall_ranking.fuse_scores`, so a
-passage that says the same thing in other words is found, and 2 to 4 then work on the fused
+passage that says the same thing in other words is found, and 2 to 5 then work on the fused
 scores. With `dense_without_names` (off: measured not to pay), the turns are searched with
 the vector of the question less the names of the candidate turns' speakers
 (`sessions.recall_query.without_names`: "what books has Melanie read?" asks about books; whose
@@ -48,11 +50,12 @@ The search is strictly scoped to one user: every index query names the user.
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 
 from primitives.bounded_cache import BoundedCache
+from sessions.recall_dates import dates_named
 from sessions.recall_query import query_terms
 from sessions.recall_search import OneSearch
 from sessions.recall_values import (
@@ -132,6 +135,7 @@ class RecallSearch:
             since=since,
             until=until,
             bounds=bounds,
+            dates=dates_named(query, datetime.now(UTC).date()) if options.date_boost > 0 else (),
         )
         return await search.find(exclusions)
 

@@ -10,11 +10,14 @@ reads the candidates and applies them in this order, with the weights of `Recall
 2. `boost_named_speakers`: when the query names a speaker of the candidate turns ("what did
    Caroline research?"), that speaker's turns are boosted (of several named, those the
    query asks about: `sessions.recall_query.asked_about`).
-3. `boost_by_summaries`: sessions whose summaries match the query lend their turns a boost in
+3. `boost_by_dates`: when the query names a day or a month, the turns written then are
+   boosted.
+4. `boost_by_summaries`: sessions whose summaries match the query lend their turns a boost in
    proportion to the summary's score.
 
-Before them, with dense recall, `fuse_ranks` merges the full-text and the vector candidates
-into one ranking (reciprocal-rank fusion), whose scores the three then work on.
+Before them, with dense recall, `fuse_scores` (or `fuse_ranks`, reciprocal-rank fusion)
+merges the full-text and the vector candidates into one ranking, whose scores the four then
+work on.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
+from sessions.recall_dates import DateSpan
 from storage.recall_entries import IndexedText
 
 
@@ -78,6 +82,24 @@ def boost_named_speakers(
         return dict(scores)
     return {
         entry_id: score * (1 + boost) if entries[entry_id].speaker in named else score
+        for entry_id, score in scores.items()
+    }
+
+
+def boost_by_dates(
+    scores: Mapping[int, float],
+    entries: Mapping[int, IndexedText],
+    spans: Sequence[DateSpan],
+    boost: float,
+) -> dict[int, float]:
+    """Multiply by `1 + boost` the scores of the turns written within a period the query
+    names (`sessions.recall_dates.dates_named`)."""
+    if boost <= 0 or not spans:
+        return dict(scores)
+    return {
+        entry_id: score * (1 + boost)
+        if any(span.holds(entries[entry_id].occurred_at) for span in spans)
+        else score
         for entry_id, score in scores.items()
     }
 

@@ -16,8 +16,10 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from sessions.recall_dates import DateSpan
 from sessions.recall_query import asked_about, query_terms, without_names
 from sessions.recall_ranking import (
+    boost_by_dates,
     boost_by_summaries,
     boost_named_speakers,
     fuse_ranks,
@@ -59,6 +61,7 @@ class OneSearch:
     since: datetime | None
     until: datetime | None
     bounds: RecallBounds
+    dates: tuple[DateSpan, ...] = ()
 
     async def find(self, exclusions: RecallExclusions) -> list[RecallHit]:
         """The hits: the candidates read and ranked, and the texts of the best.
@@ -125,6 +128,7 @@ class OneSearch:
         speakers = {entries[entry_id].speaker for entry_id in scores} - {""}
         named = asked_about(self.query, speakers, roles=options.speaker_roles)
         scores = boost_named_speakers(scores, entries, named, options.speaker_boost)
+        scores = boost_by_dates(scores, entries, self.dates, options.date_boost)
         scores = boost_by_summaries(scores, entries, summaries, options.summary_weight)
         ranked: list[tuple[IndexedText, float]] = []
         if "turn" in self.kinds:

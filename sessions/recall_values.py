@@ -107,6 +107,7 @@ class RecallOptions:
     second_neighbour_weight: float = 0.15
     speaker_boost: float = 2.0
     speaker_roles: bool = True
+    date_boost: float = 3.0
     summary_weight: float = 1.0
     ranking: Ranking = "bm25"
     automatic: RecallBounds = AUTOMATIC

@@ -138,6 +138,18 @@ async def test_only_the_speaker_a_query_asks_about_is_boosted(database: Database
     assert [hit.message_id for hit in found] == [ids[1], ids[0]]
 
 
+async def test_turns_written_on_a_date_the_query_names_come_first(database: Database) -> None:
+    _, early = await conversation(database, [("Alice", "The logo is blue.")])
+    _, late = await conversation(database, [("Alice", "The launch logo is green.")], day=10)
+    await conversation(database, [("Alice", f"Lunch on day {day}.") for day in range(6)], day=20)
+    query = f"Which logo did we pick for the launch on {T0:%d %B %Y}?"
+    plain = RecallOptions(neighbour_weight=0, second_neighbour_weight=0, summary_weight=0)
+    undated = await RecallSearch(database, replace(plain, date_boost=0)).search("alice", query, 2)
+    assert [hit.message_id for hit in undated] == [late[0], early[0]]
+    found = await RecallSearch(database, plain).search("alice", query, 2)
+    assert [hit.message_id for hit in found] == [early[0], late[0]]
+
+
 async def test_a_matching_session_summary_lifts_that_sessions_turns(database: Database) -> None:
     first, first_ids = await conversation(database, [("Alice", "The budget is fine.")])
     _, second_ids = await conversation(database, [("Alice", "The budget is tight.")], day=1)

@@ -1,0 +1,120 @@
+"""The dates a recall query names (`dates_named`): "what did Maria start, as mentioned on
+3 June, 2023?", "which city did John recommend in January 2024?". Turns written within them
+are boosted (`sessions.recall_ranking.boost_by_dates`).
+
+English dates only, written out: a day and a month with or without a year ("3 June, 2023",
+"June 3rd 2023", "3rd of June", "June 3"), a month and a year ("January 2024"), or ISO
+("2023-06-03"). A date without a year is the latest such day not after `today`. A day spans
+a day either side (the index keeps times in UTC, the user's day may be another); a month,
+the whole month. Bare years and relative dates ("last week") are not read: a year is too
+wide to rank by, and "last week" says nothing of when the question is asked about.
+
+A handful of regular expressions rather than `dateparser`'s `search_dates`, which reads
+dates into ordinary words ("may", "march", "sat") and costs milliseconds a query.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ),
+        start=1,
+    )
+    for name in names
+}
+_MONTH = r"(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+_PATTERNS = [
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"\b(?P<iso>(?:19|20)\d\d)-(?P<isomonth>[01]\d)-(?P<isoday>[0-3]\d)\b",
+        rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b",
+        rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b",
+        rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\b(?!\s*,?\s*\d)",
+        rf"\b{_MONTH}\s+{_DAY}\b(?!\s*,?\s*\d)",
+        rf"\b{_MONTH},?\s+{_YEAR}\b",
+    )
+]
+DAY_MARGIN = timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class DateSpan:
+    """A period a query names: from `start` (included) to `end` (excluded), in UTC."""
+
+    start: datetime
+    end: datetime
+
+    def holds(self, moment: datetime) -> bool:
+        return self.start <= moment < self.end
+
+
+def dates_named(query: str, today: date) -> tuple[DateSpan, ...]:
+    """The periods the query names, in the order written (see the module docstring)."""
+    spans: list[tuple[int, DateSpan]] = []
+    taken: list[tuple[int, int]] = []
+    for pattern in _PATTERNS:
+        for match in pattern.finditer(query):
+            if any(start < match.end() and match.start() < end for start, end in taken):
+                continue
+            taken.append((match.start(), match.end()))
+            span = _span(match, today)
+            if span is not None:
+                spans.append((match.start(), span))
+    return tuple(span for _, span in sorted(spans, key=lambda found: found[0]))
+
+
+def _span(match: re.Match[str], today: date) -> DateSpan | None:
+    found = match.groupdict()
+    if found.get("iso"):
+        year, month, day = int(found["iso"]), int(found["isomonth"]), int(found["isoday"])
+    else:
+        month = _MONTHS[found["month"].lower()]
+        year = int(found["year"]) if found.get("year") else 0
+        day = int(found["day"]) if found.get("day") else 0
+    try:
+        if not day:
+            first = date(year, month, 1)
+            after = date(year + month // 12, month % 12 + 1, 1)
+            return DateSpan(_midnight(first), _midnight(after))
+        named = date(year, month, day) if year else _latest(month, day, today)
+    except ValueError:  # "31 June", "29 February 2023"
+        return None
+    return DateSpan(
+        _midnight(named) - DAY_MARGIN, _midnight(named) + timedelta(days=1) + DAY_MARGIN
+    )
+
+
+def _latest(month: int, day: int, today: date) -> date:
+    """The latest `day` of `month` not after `today` (29 February: within eight years)."""
+    for year in range(today.year, today.year - 8, -1):
+        try:
+            named = date(year, month, day)
+        except ValueError:
+            continue
+        if named <= today:
+            return named
+    raise ValueError(f"no {day}/{month} in the last eight years")
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)

@@ -1,0 +1,57 @@
+"""The dates a recall query names (`sessions.recall_dates.dates_named`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import pytest
+
+from sessions.recall_dates import DateSpan, dates_named
+
+TODAY = date(2026, 11, 27)
+
+
+def days(start: str, end: str) -> DateSpan:
+    """The span from the midnight (UTC) starting `start` to the one starting `end`."""
+    return DateSpan(
+        datetime.fromisoformat(start).replace(tzinfo=UTC),
+        datetime.fromisoformat(end).replace(tzinfo=UTC),
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # A day spans a day either side; a month, the month.
+        ("What did Maria start, as mentioned on 3 June, 2023?", [days("2023-06-02", "2023-06-05")]),
+        ("What did she paint on October 13, 2023?", [days("2023-10-12", "2023-10-15")]),
+        ("the 3rd of June 2023", [days("2023-06-02", "2023-06-05")]),
+        ("Sept. 30th, 2024", [days("2024-09-29", "2024-10-02")]),
+        ("the call on 2024-02-29", [days("2024-02-28", "2024-03-02")]),
+        ("Which city did he recommend in January 2024?", [days("2024-01-01", "2024-02-01")]),
+        ("in December 2025", [days("2025-12-01", "2026-01-01")]),
+        # Without a year: the latest such day not after today.
+        ("what did we decide on March 3rd?", [days("2026-03-02", "2026-03-05")]),
+        ("dec 5", [days("2025-12-04", "2025-12-07")]),
+        ("on 29 February", [days("2024-02-28", "2024-03-02")]),
+        # Two dates, in the order written.
+        (
+            "May 2023 or 1 May 2024",
+            [days("2023-05-01", "2023-06-01"), days("2024-04-30", "2024-05-03")],
+        ),
+        # No date: words that are month names, impossible days, bare years.
+        ("I may go, and march on", []),
+        ("31 June 2023", []),
+        ("back in 2023", []),
+        ("what is the plan?", []),
+    ],
+)
+def test_the_dates_a_query_names(query: str, expected: list[DateSpan]) -> None:
+    assert list(dates_named(query, TODAY)) == expected
+
+
+def test_a_span_holds_its_start_not_its_end() -> None:
+    span = days("2023-06-02", "2023-06-05")
+    assert span.holds(datetime(2023, 6, 2, tzinfo=UTC))
+    assert span.holds(datetime(2023, 6, 4, 23, 59, tzinfo=UTC))
+    assert not span.holds(datetime(2023, 6, 5, tzinfo=UTC))
