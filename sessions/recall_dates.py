@@ -3,11 +3,14 @@
 are boosted (`sessions.recall_ranking.boost_by_dates`).
 
 English dates only, written out: a day and a month with or without a year ("3 June, 2023",
-"June 3rd 2023", "3rd of June", "June 3"), a month and a year ("January 2024"), or ISO
-("2023-06-03"). A date without a year is the latest such day not after `today`. A day spans
-a day either side (the index keeps times in UTC, the user's day may be another); a month,
-the whole month. Bare years and relative dates ("last week") are not read: a year is too
-wide to rank by, and "last week" says nothing of when the question is asked about.
+"June 3rd 2023", "3rd of June", "June 3"), a month and a year ("January 2024"), a month alone
+after "in", "during" or "since" ("in May"), or ISO ("2023-06-03"). Two dates "between … and
+…" or "from … to …" are one period. A date without a year takes the year another date of
+the query writes ("between August 11 and August 15, 2023"), else it is the latest such day
+(or month) not after `today`. A day spans a day either side (the index keeps times in UTC,
+the user's day may be another); a month, the whole month. Bare years and relative dates
+("last week") are not read: a year is too wide to rank by, and "last week" says nothing of
+when the question is asked about.
 
 A handful of regular expressions rather than `dateparser`'s `search_dates`, which reads
 dates into ordinary words ("may", "march", "sat") and costs milliseconds a query.
@@ -52,8 +55,11 @@ _PATTERNS = [
         rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}\b(?!\s*,?\s*\d)",
         rf"\b{_MONTH}\s+{_DAY}\b(?!\s*,?\s*\d)",
         rf"\b{_MONTH},?\s+{_YEAR}\b",
+        rf"\b(?:in|during|since)\s+{_MONTH}\b(?!\s*,?\s*\d)",
     )
 ]
+_RANGE_GAP = re.compile(r"\s*(?:and|to|until|till|through|-|\u2013)\s*", re.IGNORECASE)
+_RANGE_START = re.compile(r"\b(?:between|from)\s+(?:the\s+)?$", re.IGNORECASE)
 DAY_MARGIN = timedelta(days=1)
 
 
@@ -70,29 +76,50 @@ class DateSpan:
 
 def dates_named(query: str, today: date) -> tuple[DateSpan, ...]:
     """The periods the query names, in the order written (see the module docstring)."""
-    spans: list[tuple[int, DateSpan]] = []
-    taken: list[tuple[int, int]] = []
+    matches: list[re.Match[str]] = []
     for pattern in _PATTERNS:
         for match in pattern.finditer(query):
-            if any(start < match.end() and match.start() < end for start, end in taken):
-                continue
-            taken.append((match.start(), match.end()))
-            span = _span(match, today)
-            if span is not None:
-                spans.append((match.start(), span))
-    return tuple(span for _, span in sorted(spans, key=lambda found: found[0]))
+            if not any(m.start() < match.end() and match.start() < m.end() for m in matches):
+                matches.append(match)
+    matches.sort(key=lambda match: match.start())
+    # "between August 11 and August 15, 2023": the year written once holds for both.
+    years = [_year(match) for match in matches if _year(match)]
+    spans: list[DateSpan] = []
+    for index, match in enumerate(matches):
+        span = _span(match, today, years[0] if years else 0)
+        if span is None:
+            continue
+        if index and spans and _joined(query, matches[index - 1], match):
+            span = DateSpan(spans.pop().start, span.end)
+        spans.append(span)
+    return tuple(spans)
 
 
-def _span(match: re.Match[str], today: date) -> DateSpan | None:
+def _year(match: re.Match[str]) -> int:
+    found = match.groupdict()
+    return int(found.get("iso") or found.get("year") or 0)
+
+
+def _joined(query: str, first: re.Match[str], second: re.Match[str]) -> bool:
+    """Whether two dates are the ends of one period: "between … and …", "from … to …"."""
+    return bool(
+        _RANGE_GAP.fullmatch(query[first.end() : second.start()])
+        and _RANGE_START.search(query[: first.start()])
+    )
+
+
+def _span(match: re.Match[str], today: date, year_hint: int) -> DateSpan | None:
     found = match.groupdict()
     if found.get("iso"):
         year, month, day = int(found["iso"]), int(found["isomonth"]), int(found["isoday"])
     else:
         month = _MONTHS[found["month"].lower()]
-        year = int(found["year"]) if found.get("year") else 0
+        year = int(found["year"]) if found.get("year") else year_hint
         day = int(found["day"]) if found.get("day") else 0
     try:
         if not day:
+            if not year:
+                year = today.year if month <= today.month else today.year - 1
             first = date(year, month, 1)
             after = date(year + month // 12, month % 12 + 1, 1)
             return DateSpan(_midnight(first), _midnight(after))

@@ -34,6 +34,15 @@ def days(start: str, end: str) -> DateSpan:
         ("what did we decide on March 3rd?", [days("2026-03-02", "2026-03-05")]),
         ("dec 5", [days("2025-12-04", "2025-12-07")]),
         ("on 29 February", [days("2024-02-28", "2024-03-02")]),
+        ("Which spot did she visit in May?", [days("2026-05-01", "2026-06-01")]),
+        ("since December", [days("2025-12-01", "2026-01-01")]),
+        # A year written once holds for both dates; "between … and …" is one period.
+        ("Where was he between August 11 and August 15 2023?", [days("2023-08-10", "2023-08-17")]),
+        ("from 3 June to 5 June, 2024", [days("2024-06-02", "2024-06-07")]),
+        (
+            "on August 11 and on August 20, 2023",
+            [days("2023-08-10", "2023-08-13"), days("2023-08-19", "2023-08-22")],
+        ),
         # Two dates, in the order written.
         (
             "May 2023 or 1 May 2024",
