@@ -64,7 +64,8 @@ def asked_about(query: str, speakers: Collection[str], *, roles: bool = True) ->
     only as an owner ("what does Melanie think of Caroline's plan?"); failing these, the
     owners ("what do Melanie's kids like?"); failing those, every speaker it names. Without
     `roles`, every speaker it names."""
-    words_of = {speaker: set(words(speaker)) for speaker in speakers}
+    # A name that is a stopword ("Will", "May") is not looked for, as the words search does.
+    words_of = {speaker: set(query_terms(speaker)) for speaker in speakers}
     roles_of: dict[str, set[str]] = {}
     group: list[str] = []  # the names of a run joined by "and"/"or": "Tim and John's"
     group_role = ""

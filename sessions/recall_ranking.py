@@ -23,7 +23,7 @@ work on.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 
 from sessions.recall_dates import DateSpan
@@ -80,10 +80,7 @@ def boost_named_speakers(
     """Multiply by `1 + boost` the scores of the turns of the `named` speakers."""
     if boost <= 0 or not named:
         return dict(scores)
-    return {
-        entry_id: score * (1 + boost) if entries[entry_id].speaker in named else score
-        for entry_id, score in scores.items()
-    }
+    return _boosted(scores, entries, boost, lambda entry: entry.speaker in named)
 
 
 def boost_by_dates(
@@ -96,10 +93,20 @@ def boost_by_dates(
     names (`sessions.recall_dates.dates_named`)."""
     if boost <= 0 or not spans:
         return dict(scores)
+    return _boosted(
+        scores, entries, boost, lambda entry: any(span.holds(entry.occurred_at) for span in spans)
+    )
+
+
+def _boosted(
+    scores: Mapping[int, float],
+    entries: Mapping[int, IndexedText],
+    boost: float,
+    chosen: Callable[[IndexedText], bool],
+) -> dict[int, float]:
+    """The scores, those of the `chosen` entries multiplied by `1 + boost`."""
     return {
-        entry_id: score * (1 + boost)
-        if any(span.holds(entries[entry_id].occurred_at) for span in spans)
-        else score
+        entry_id: score * (1 + boost) if chosen(entries[entry_id]) else score
         for entry_id, score in scores.items()
     }
 

@@ -32,6 +32,11 @@ def test_the_speakers_a_query_asks_about(query: str, expected: set[str]) -> None
     assert asked_about(query, SPEAKERS) == expected
 
 
+def test_a_name_that_is_a_stopword_is_not_looked_for() -> None:
+    assert asked_about("What will we do?", ["Will", "Tim"]) == set()
+    assert asked_about("What will Tim do?", ["Will", "Tim"]) == {"Tim"}
+
+
 def test_without_roles_every_speaker_named_counts() -> None:
     query = "What did Melanie recommend to Tim?"
     assert asked_about(query, SPEAKERS, roles=False) == {"Melanie", "Tim"}
