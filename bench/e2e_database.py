@@ -1,6 +1,6 @@
 """What `e2e.py` asks PostgreSQL directly: the database's own single-row INSERT+COMMIT pace
-(in a database of its own), where unanswered events are in the gateway's inbox and outbox,
-and how many sessions the gateway created."""
+(in a database of its own), the server's WAL flushes, where unanswered events are in the
+gateway's inbox and outbox, and how many sessions the gateway created."""
 
 from __future__ import annotations
 
@@ -84,3 +84,21 @@ def count_sessions(url: str) -> int | None:
         row = connection.execute("SELECT count(*) FROM sessions").fetchone()
         return int(row[0]) if row else None
     return None
+
+
+def wal_counters(url: str) -> tuple[int, int] | None:
+    """The server's WAL flushes (`pg_stat_wal.wal_sync`) and bytes so far; None before
+    PostgreSQL 14, which has no such view.
+
+    `pg_stat_database.xact_commit` counts every transaction, a one-statement read in
+    autocommit too, though only a transaction that wrote waits for its WAL to reach the disk:
+    the flushes are what a message costs of the server's commit budget (what `pgbench -c 1`
+    measures). They are the whole server's: the WAL writer's own flushes (a few a second) are
+    in them, and nothing else may write meanwhile.
+    """
+    with psycopg.connect(url, autocommit=True) as connection:
+        try:
+            row = connection.execute("SELECT wal_sync, wal_bytes FROM pg_stat_wal").fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+    return None if row is None else (int(row[0]), int(row[1]))

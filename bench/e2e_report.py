@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchkit import progress
-from e2e_database import count_sessions, database_insert_rate, event_states, is_queued
+from e2e_database import (
+    count_sessions,
+    database_insert_rate,
+    event_states,
+    is_queued,
+    wal_counters,
+)
 from e2e_load import ConnectionPool, LoadGenerator, PostCollector, Progress, Sent
 from e2e_samples import (
     GatewaysCpu,
@@ -36,6 +42,18 @@ from routing import (
 GOAL_MSGS_PER_S = 1000.0
 GOAL_ACK_P99_MS = 25.0
 GOAL_OVERHEAD_P99_MS = 50.0
+
+
+def wal_per_message(
+    start: tuple[int, int] | None, end: tuple[int, int] | None, messages: int
+) -> dict[str, float] | None:
+    """The server's WAL flushes and kilobytes per measured message, from load to replies."""
+    if start is None or end is None or messages <= 0:
+        return None
+    return {
+        "flushes": round((end[0] - start[0]) / messages, 2),
+        "kb": round((end[1] - start[1]) / messages / 1024, 2),
+    }
 
 
 def latency_figures(items: Sequence[Sent], posts: PostCollector, llm_s: float) -> dict[str, Any]:
@@ -115,6 +133,7 @@ async def run_load(
         samples: list[dict[str, float]] = []
         sampler = asyncio.create_task(sample(load, items, pids, bench_db, samples))
         load_average = os.getloadavg()
+        wal_start = await asyncio.to_thread(wal_counters, bench_db)
         cpu_start = GatewaysCpu.take(gateways, database)
         started = time.perf_counter()
         started_wall = time.time()
@@ -126,6 +145,7 @@ async def run_load(
         progress(f"sent in {load_s:.1f}s; waiting for the replies")
         complete = await posts.wait_for(items, deadline=time.monotonic() + settings.timeout)
         cpu_end = GatewaysCpu.take(gateways, database)
+        wal_end = await asyncio.to_thread(wal_counters, bench_db)
         done_s = time.perf_counter() - started
         sampler.cancel()
         await asyncio.sleep(2.0)  # a second post for an event would show up now
@@ -203,6 +223,7 @@ async def run_load(
             "after_load_per_s": round(db_after, 1),
         },
         "ratio_msgs_per_s_to_db_inserts_per_s": round(sustained / db_rate, 3) if db_rate else None,
+        "wal_per_message": wal_per_message(wal_start, wal_end, len(items)),
         "backlog": backlog_summary(samples, load_s=load_s, rate=settings.rate, messages=len(items)),
         "memory": {
             "sessions_in_database": sessions,
