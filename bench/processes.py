@@ -97,10 +97,16 @@ def use_fake_aws_credentials() -> None:
 
 @contextlib.contextmanager
 def moto_server(workdir: Path) -> Iterator[Service]:
-    """moto in server mode on a free loopback port, its log `workdir/moto.log`; stopped at the
-    end. Call `use_fake_aws_credentials` first: moto inherits them."""
+    """moto in server mode on a free loopback port (`s3_server.py`: connections kept open, as
+    S3 keeps them), its log `workdir/moto.log`; stopped at the end. Call
+    `use_fake_aws_credentials` first: moto inherits them."""
     port = free_port()
-    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    command = [
+        sys.executable,
+        str(Path(__file__).with_name("s3_server.py")),
+        "127.0.0.1",
+        str(port),
+    ]
     with run_service("moto", command, port=port, workdir=workdir) as moto:
         yield moto
 
