@@ -40,6 +40,8 @@ w AS MATERIALIZED (
     SELECT count(*) AS size, coalesce(min(id), 0) AS low, coalesce(max(id), 0) AS high FROM win
 )"""
 
+_KNOWN_WINDOW = "w(low, high) AS (SELECT :low, :high)"
+
 # The window's size and id range, the collection's statistics, and each considered word's
 # count in the window's id range (entries are indexed as they are written, so ids follow time).
 # Turns need no other condition; for summaries, whose window spans many turns, `kind` in the
@@ -136,7 +138,7 @@ async def search_sqlite(
     window_params = {key: params[key] for key in ("user_id", "since", "until")} | {
         "window": window_size
     }
-    ((size, _, _, documents_in_all, total_length, *counts),) = await driver_rows.rows(
+    ((size, low, high, documents_in_all, total_length, *counts),) = await driver_rows.rows(
         session,
         counts_sql,
         window_params | {f"match_{n}": match for n, match in matches.items()},
@@ -204,8 +206,10 @@ async def search_sqlite(
     params["avgdl"] = (
         float(total_length) / float(documents_in_all) if documents_in_all and total_length else 1.0
     )
+    # The window's id range as the counts found it: not read again.
+    params["low"], params["high"] = low, high
     sql = (
-        _BM25_SEARCH.replace("__WINDOW__", window_sql)
+        _BM25_SEARCH.replace("__WINDOW__", _KNOWN_WINDOW)
         .replace("__HITS__", " UNION ALL ".join(hits))
         .replace("__ENTRY_COLUMNS__", ENTRY_COLUMNS)
         .replace("__KINDS__", in_kinds)
