@@ -202,12 +202,11 @@ async def search_sqlite(
     if listed:
         hits.append(_LISTED_HITS)
         params["listed"] = json.dumps(listed)
-    params["window"] = window_size
+    # The window's id range as the counts found it: the search does not read it again.
+    params.update(window=window_size, low=low, high=high)
     params["avgdl"] = (
         float(total_length) / float(documents_in_all) if documents_in_all and total_length else 1.0
     )
-    # The window's id range as the counts found it: not read again.
-    params["low"], params["high"] = low, high
     sql = (
         _BM25_SEARCH.replace("__WINDOW__", _KNOWN_WINDOW)
         .replace("__HITS__", " UNION ALL ".join(hits))
