@@ -203,7 +203,7 @@ async def search_sqlite(
         hits.append(_LISTED_HITS)
         params["listed"] = json.dumps(listed)
     # The window's id range as the counts found it: the search does not read it again.
-    params.update(window=window_size, low=low, high=high)
+    params.update(low=low, high=high)
     params["avgdl"] = (
         float(total_length) / float(documents_in_all) if documents_in_all and total_length else 1.0
     )
