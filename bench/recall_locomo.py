@@ -95,6 +95,7 @@ CONFIGS: dict[str, tuple[RecallOptions, bool]] = {
     "default-no-speaker": (RecallOptions(speaker_boost=0.0), True),
     "default-any-speaker": (RecallOptions(speaker_roles=False), True),
     "default-no-dates": (RecallOptions(date_boost=0.0), True),
+    "default-no-when": (RecallOptions(when_boost=0.0), True),
     "default": (RecallOptions(), True),
     # Dense recall: full text only (the ranking before it), reciprocal-rank fusion instead
     # of score fusion, and the two multi-hop ideas measured (both off by default): a second

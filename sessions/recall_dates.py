@@ -145,3 +145,33 @@ def _latest(month: int, day: int, today: date) -> date:
 
 def _midnight(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+# A question that asks when: "When did …", "since when was …", "what date …", "how long ago …".
+_ASKS_WHEN = re.compile(
+    r"^\s*when\b|\b(?:since\s+)?when\s+(?:did|was|were|is|are|will|do|does|had|has|have)\b"
+    r"|\bwhat\s+(?:date|day|year|month|time)\b|\bhow\s+long\s+ago\b",
+    re.IGNORECASE,
+)
+# A text that says when: a date's words, a weekday, a year, "yesterday", "ago", "last week"…
+_SAYS_WHEN = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|weekends?|recently|lately|earlier"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+    r"|january|february|march|april|june|july|august|september|october|november|december"
+    r"|(?:19|20)\d\d"
+    r"|(?:last|next|this|past|few|couple\s+of)\s+(?:\w+\s+)?"
+    r"(?:days?|nights?|weeks?|weekends?|months?|years?|summer|winter|spring|fall|autumn"
+    r"|morning|evening|time))\b",
+    re.IGNORECASE,
+)
+
+
+def asks_when(query: str) -> bool:
+    """Whether a query asks when something happened ("when did we ship it?")."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def says_when(text: str) -> bool:
+    """Whether a text tells a time: a month, a weekday, a year, "yesterday", "two weeks ago",
+    "last summer"… ("May" is left out: it is a verb as often as a month)."""
+    return _SAYS_WHEN.search(text) is not None

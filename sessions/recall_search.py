@@ -16,7 +16,7 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from sessions.recall_dates import DateSpan
+from sessions.recall_dates import DateSpan, asks_when, says_when
 from sessions.recall_query import asked_about, query_terms, without_names
 from sessions.recall_ranking import (
     boost_by_dates,
@@ -41,6 +41,7 @@ from storage.recall_vectors import Vectors
 from storage.vector_index import VectorIndex
 
 SUMMARY_CANDIDATES = 50
+WHEN_CANDIDATES = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,8 @@ class OneSearch:
             if read.turns is not None and read.summaries is not None:
                 turns, around = read.turns
                 ranked = self.rank(turns, read.summaries, around)
-                read.hits = await self.hits(session, ranked, exclusions)
+                ranked, texts = await self.when_first(session, ranked)
+                read.hits = await self.hits(session, ranked, exclusions, texts)
 
         async def turns_apart() -> None:
             async with self.database.reading() as session:
@@ -135,18 +137,41 @@ class OneSearch:
             ranked += [(entries[i], score) for i, score in scores.items()]
         if "summary" in self.kinds:
             ranked += [(summary, summary.score) for summary in summaries]
-        ranked.sort(key=lambda found: (-found[1], found[0].kind != TURN, found[0].occurred_at))
+        ranked.sort(key=_best_first)
         return ranked
+
+    async def when_first(
+        self, session: AsyncSession, ranked: list[tuple[IndexedText, float]]
+    ) -> tuple[list[tuple[IndexedText, float]], dict[int, str]]:
+        """For a question that asks when (`sessions.recall_dates.asks_when`), the first
+        `WHEN_CANDIDATES` turns that say when (a date, a weekday, "last week", "ago"…) boosted
+        by `when_boost`: the answer is the passage that tells the time. Their texts are read
+        for it (and kept for the hits); any other question is left as ranked."""
+        boost = self.options.when_boost
+        if boost <= 0 or not asks_when(self.query):
+            return ranked, {}
+        head = ranked[:WHEN_CANDIDATES]
+        texts = await RecallIndexRepository(session).texts(
+            self.user_id, [entry.entry_id for entry, _ in head if entry.kind == TURN]
+        )
+        head = [
+            (entry, score * (1 + boost) if says_when(texts.get(entry.entry_id, "")) else score)
+            for entry, score in head
+        ]
+        # Boosts only raise the head's scores: it stays ahead of the rest.
+        return sorted(head, key=_best_first) + ranked[WHEN_CANDIDATES:], texts
 
     async def hits(
         self,
         session: AsyncSession,
         ranked: Sequence[tuple[IndexedText, float]],
         exclusions: RecallExclusions,
+        known: dict[int, str],
     ) -> list[RecallHit]:
         """The first `limit` of the ranked entries that are not excluded, with their texts,
-        read for these only. An entry deleted since it was found is left out (and forgotten
-        by the vector index), and the next one taken."""
+        read for these only (unless `known`, read in the same transaction). An entry deleted
+        since it was found is left out (and forgotten by the vector index), and the next one
+        taken."""
         index = RecallIndexRepository(session)
         vectors = self.vectors
         hits: list[RecallHit] = []
@@ -155,7 +180,13 @@ class OneSearch:
             chosen = list(itertools.islice(wanted, self.limit - len(hits)))
             if not chosen:
                 break
-            texts = await index.texts(self.user_id, [entry.entry_id for entry, _ in chosen])
+            unknown = [entry.entry_id for entry, _ in chosen if entry.entry_id not in known]
+            texts = await index.texts(self.user_id, unknown) if unknown else {}
+            texts |= {
+                entry.entry_id: known[entry.entry_id]
+                for entry, _ in chosen
+                if entry.entry_id in known
+            }
             gone = [entry.entry_id for entry, _ in chosen if entry.entry_id not in texts]
             if gone and vectors is not None:
                 vectors.drop(self.user_id, gone)
@@ -354,6 +385,12 @@ class _Halves:
     turns: tuple[list[IndexedText], list[IndexedText]] | None = None
     summaries: list[IndexedText] | None = None
     hits: list[RecallHit] | None = None
+
+
+def _best_first(found: tuple[IndexedText, float]) -> tuple[float, bool, datetime]:
+    """The order of ranked entries: score, then turns before summaries, then the older."""
+    entry, score = found
+    return (-score, entry.kind != TURN, entry.occurred_at)
 
 
 def _hit(entry: IndexedText, score: float, text: str) -> RecallHit:

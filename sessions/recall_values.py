@@ -108,6 +108,7 @@ class RecallOptions:
     speaker_boost: float = 2.0
     speaker_roles: bool = True
     date_boost: float = 3.0
+    when_boost: float = 0.5
     summary_weight: float = 1.0
     ranking: Ranking = "bm25"
     automatic: RecallBounds = AUTOMATIC

@@ -150,6 +150,28 @@ async def test_turns_written_on_a_date_the_query_names_come_first(database: Data
     assert [hit.message_id for hit in found] == [early[0], late[0]]
 
 
+async def test_a_question_that_asks_when_puts_the_turn_that_says_when_first(
+    database: Database,
+) -> None:
+    _, ids = await conversation(
+        database,
+        [
+            ("Alice", "The app launch went well."),
+            ("Alice", "The app launch was two weeks ago."),
+            *[("Alice", f"Lunch on day {day}.") for day in range(6)],
+        ],
+    )
+    plain = RecallOptions(neighbour_weight=0, second_neighbour_weight=0, summary_weight=0)
+    found = await RecallSearch(database, plain).search("alice", "What about the app launch?", 2)
+    assert [hit.message_id for hit in found] == [ids[0], ids[1]]
+    query = "When was the app launch?"
+    unboosted = await RecallSearch(database, replace(plain, when_boost=0)).search("alice", query, 2)
+    assert [hit.message_id for hit in unboosted] == [ids[0], ids[1]]
+    found = await RecallSearch(database, plain).search("alice", query, 2)
+    assert [hit.message_id for hit in found] == [ids[1], ids[0]]
+    assert found[0].text.startswith("The app launch was two weeks ago")
+
+
 async def test_a_matching_session_summary_lifts_that_sessions_turns(database: Database) -> None:
     first, first_ids = await conversation(database, [("Alice", "The budget is fine.")])
     _, second_ids = await conversation(database, [("Alice", "The budget is tight.")], day=1)

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from sessions.recall_dates import DateSpan, dates_named
+from sessions.recall_dates import DateSpan, asks_when, dates_named, says_when
 
 TODAY = date(2026, 11, 27)
 
@@ -64,3 +64,39 @@ def test_a_span_holds_its_start_not_its_end() -> None:
     assert span.holds(datetime(2023, 6, 2, tzinfo=UTC))
     assert span.holds(datetime(2023, 6, 4, 23, 59, tzinfo=UTC))
     assert not span.holds(datetime(2023, 6, 5, tzinfo=UTC))
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("When did Melanie go camping?", True),
+        ("  when was the launch", True),
+        ("And when did we ship it?", True),
+        ("Since when is the office closed?", True),
+        ("What date is the review?", True),
+        ("How long ago did Tim move?", True),
+        ("What did Tim say when we met?", False),
+        ("Call me when you can", False),
+        ("What is the plan?", False),
+    ],
+)
+def test_a_question_that_asks_when(query: str, expected: bool) -> None:
+    assert asks_when(query) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("We went camping last weekend.", True),
+        ("I signed up two weeks ago.", True),
+        ("It opened on Friday.", True),
+        ("Back in 2019 we moved.", True),
+        ("See you tomorrow!", True),
+        ("The review is in October.", True),
+        ("We had a blast last year at the Pride fest.", True),
+        ("I may go, I love painting.", False),
+        ("Thanks, that sounds great!", False),
+    ],
+)
+def test_a_text_that_says_when(text: str, expected: bool) -> None:
+    assert says_when(text) is expected
