@@ -83,8 +83,10 @@ class OneSearch:
             if read.turns is not None and read.summaries is not None:
                 turns, around = read.turns
                 ranked = self.rank(turns, read.summaries, around)
+                # What the context already holds is left out before anything else.
+                ranked = [found for found in ranked if not exclusions.excludes(found[0])]
                 ranked, texts = await self.when_first(session, ranked)
-                read.hits = await self.hits(session, ranked, exclusions, texts)
+                read.hits = await self.hits(session, ranked, texts)
 
         async def turns_apart() -> None:
             async with self.database.reading() as session:
@@ -165,17 +167,15 @@ class OneSearch:
         self,
         session: AsyncSession,
         ranked: Sequence[tuple[IndexedText, float]],
-        exclusions: RecallExclusions,
         known: dict[int, str],
     ) -> list[RecallHit]:
-        """The first `limit` of the ranked entries that are not excluded, with their texts,
-        read for these only (unless `known`, read in the same transaction). An entry deleted
-        since it was found is left out (and forgotten by the vector index), and the next one
-        taken."""
+        """The first `limit` of the ranked entries, with their texts, read for these only
+        (unless `known`, read in the same transaction). An entry deleted since it was found is
+        left out (and forgotten by the vector index), and the next one taken."""
         index = RecallIndexRepository(session)
         vectors = self.vectors
         hits: list[RecallHit] = []
-        wanted = (found for found in ranked if not exclusions.excludes(found[0]))
+        wanted = iter(ranked)
         while len(hits) < self.limit:
             chosen = list(itertools.islice(wanted, self.limit - len(hits)))
             if not chosen:

@@ -123,8 +123,8 @@ async def write_turn_vectors(
         {
             "session_id": session_id,
             "model": embedder.model_id,
-            "first": indexed[0][0],
-            "last": indexed[-1][0],
+            "first": min(seq for seq, _ in indexed),
+            "last": max(seq for seq, _ in indexed),
             **driver_rows.numbered(
                 [
                     {"seq": seq, "vector": encode_vector(vector)}

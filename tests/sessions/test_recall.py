@@ -18,7 +18,7 @@ from sessions.engine_values import EngineSettings, RecallSettings
 from sessions.llm import OfflineLLM
 from sessions.recall import RecallSearch
 from sessions.recall_query import query_terms
-from sessions.recall_search import OneSearch
+from sessions.recall_search import WHEN_CANDIDATES, OneSearch
 from sessions.recall_tool import SEARCH_TOOL_NAME, run_search_tool
 from sessions.recall_values import (
     IndexQuery,
@@ -170,6 +170,25 @@ async def test_a_question_that_asks_when_puts_the_turn_that_says_when_first(
     found = await RecallSearch(database, plain).search("alice", query, 2)
     assert [hit.message_id for hit in found] == [ids[1], ids[0]]
     assert found[0].text.startswith("The app launch was two weeks ago")
+
+
+async def test_the_when_boost_looks_past_what_the_context_holds(database: Database) -> None:
+    # The current session's turns rank first but are in the context: the turns the boost
+    # weighs are the first ones the search can return.
+    _, earlier = await conversation(
+        database,
+        [("Alice", "The app launch went well."), ("Alice", "The app launch was two weeks ago.")],
+    )
+    current, _ = await conversation(
+        database, [("Alice", "App launch.") for _ in range(WHEN_CANDIDATES)], day=1
+    )
+    await conversation(database, [("Alice", f"Lunch on day {day}.") for day in range(6)], day=2)
+    plain = RecallOptions(neighbour_weight=0, second_neighbour_weight=0, summary_weight=0)
+    in_context = RecallExclusions(session_id=current)
+    found = await RecallSearch(database, plain).search(
+        "alice", "When was the app launch?", 2, kinds=("turn",), exclude=in_context
+    )
+    assert [hit.message_id for hit in found] == [earlier[1], earlier[0]]
 
 
 async def test_a_matching_session_summary_lifts_that_sessions_turns(database: Database) -> None:
