@@ -22,8 +22,9 @@ measured on LoCoMo (`bench/recall_locomo.py`; the reads and the ranking of one s
 5. Dates: when the query names a day or a month ("as mentioned on 3 June, 2023", "in January
    2024": `sessions.recall_dates`), the turns written then are boosted (`date_boost`).
 6. When: a question that asks when ("when did Melanie go camping?") boosts, among the first
-   30 ranked outside the context, the turns that say when ("last weekend", "two weeks ago", a weekday, a month:
-   `sessions.recall_dates.says_when`, `when_boost`); their texts are read for it.
+   30 ranked outside the context, the turns that say when ("last weekend", "two weeks ago",
+   a weekday, a month: `sessions.recall_dates.says_when`, `when_boost`); their texts are
+   read for it.
 
 What the index examines is bounded (`storage.recall_entries.SearchBound`): the user's most
 recent entries for every word, the whole history only for words the user has rarely used, the
