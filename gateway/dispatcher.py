@@ -207,7 +207,7 @@ class Dispatcher:
         async with self.database.session() as db:
             inbox = InboxRepository(db)
             event_ids = await inbox.pending_ids_of_sender(sender)
-            first = await inbox.get(event_ids[0]) if event_ids else None
+            first = await inbox.queued(event_ids[0]) if event_ids else None
         if first is None:
             return None
         user = await self.identities.resolve(ChannelMessage.from_record(first.message))
@@ -215,7 +215,7 @@ class Dispatcher:
             return user
         for event_id in event_ids:
             async with self.database.session() as db:
-                event = await InboxRepository(db).get(event_id)
+                event = await InboxRepository(db).queued(event_id)
             if event is not None:
                 await self.processor.reject_unknown_sender(QueuedEvent.of(event))
         return None

@@ -24,13 +24,9 @@ from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
 from storage.group_commit import GroupCommit, refused_for_its_content
-from storage.models import InboundEvent
-from storage.repositories.inbox import InboxRepository
+from storage.repositories.inbox import MAX_ACCEPT_BATCH, InboxRepository, NewInboundEvent
 
 log = get_logger(__name__)
-
-# Messages per transaction at most: a few hundred kB of payloads in one statement.
-MAX_BATCH = 128
 
 
 def sender_key(channel_type: str, user_identifier: str) -> str:
@@ -62,8 +58,8 @@ class Inbox:
         # Told (event id, sender key, message record) of each new message once committed,
         # before `on_accept` schedules its turn, for what can be shown at once (the status).
         self.on_arrival = on_arrival
-        self._arrivals: GroupCommit[InboundEvent, int | None] = GroupCommit(
-            self._store, max_batch=MAX_BATCH, split_on=refused_for_its_content
+        self._arrivals: GroupCommit[NewInboundEvent, int | None] = GroupCommit(
+            self._store, max_batch=MAX_ACCEPT_BATCH, split_on=refused_for_its_content
         )
 
     async def accept(self, message: ChannelMessage) -> AcceptResult:
@@ -74,7 +70,7 @@ class Inbox:
         """
         channel = message.channel_type.value
         record, raw = storable(message.to_record()), storable(dict(message.raw))
-        event = InboundEvent(
+        event = NewInboundEvent(
             channel_type=channel,
             message_id=record["message_id"],
             sender_key=sender_key(channel, record["user_identifier"]),
@@ -94,7 +90,7 @@ class Inbox:
             raise StorageError(f"could not store the inbound message: {exc}") from exc
         return AcceptResult(accepted=event_id is not None, message_id=message.message_id)
 
-    async def _store(self, events: list[InboundEvent]) -> list[int | None]:
+    async def _store(self, events: list[NewInboundEvent]) -> list[int | None]:
         # One multi-row INSERT: committed by itself before anyone is acknowledged.
         async with self.database.single() as session:
             event_ids = await InboxRepository(session).accept_many(events)

@@ -31,8 +31,7 @@ from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
 from storage.group_commit import GroupCommit, refused_for_its_content
-from storage.models import OutboundMessage as OutboundRow
-from storage.repositories.outbox import OutboxRepository
+from storage.repositories.outbox import OutboxRepository, QueuedReply
 
 log = get_logger(__name__)
 
@@ -93,7 +92,7 @@ class OutboxSender:
             self._mark_delivered, max_batch=MARK_BATCH, split_on=refused_for_its_content
         )
 
-    def send_now(self, row: OutboundRow) -> None:
+    def send_now(self, row: QueuedReply) -> None:
         """Send a reply this process committed already claimed (status `sending`, leased)."""
         task = asyncio.create_task(self._send_claimed(row), name=f"send:{row.message_id}")
         self._sending.add(task)
@@ -133,25 +132,25 @@ class OutboxSender:
                 self.clock(), lease=self.policy.lease, limit=CLAIM_BATCH
             )
         results = await asyncio.gather(
-            *(self._send(claimed.row, resumed=claimed.resumed) for claimed in rows),
+            *(self._send(claimed.reply, resumed=claimed.resumed) for claimed in rows),
             return_exceptions=True,
         )
         for claimed, result in zip(rows, results, strict=True):
             if isinstance(result, BaseException):
                 # The lease brings the row back; the error must not stop the other sends.
                 log.error(
-                    "outbox.send_crashed", message_id=claimed.row.message_id, error=repr(result)
+                    "outbox.send_crashed", message_id=claimed.reply.message_id, error=repr(result)
                 )
         return len(rows)
 
-    async def _send_claimed(self, row: OutboundRow) -> None:
+    async def _send_claimed(self, row: QueuedReply) -> None:
         try:
             await self._send(row)
         except Exception as exc:  # noqa: BLE001
             # The lease brings the row back to the claiming loop.
             log.error("outbox.send_crashed", message_id=row.message_id, error=repr(exc))
 
-    async def _send(self, row: OutboundRow, *, resumed: bool = False) -> None:
+    async def _send(self, row: QueuedReply, *, resumed: bool = False) -> None:
         channel = ChannelType(row.channel_type)
         adapter = self.adapters.get(channel)
         if adapter is None:
@@ -192,7 +191,7 @@ class OutboxSender:
             )
         return [None] * len(marks)
 
-    async def _failed(self, row: OutboundRow, exc: DeliveryError) -> None:
+    async def _failed(self, row: QueuedReply, exc: DeliveryError) -> None:
         attempt = row.attempts + 1
         give_up = exc.permanent or attempt >= self.policy.max_attempts
         retry_at = None
@@ -215,7 +214,7 @@ class OutboxSender:
         )
 
 
-def _outbound(row: OutboundRow, *, resumed: bool) -> OutboundMessage:
+def _outbound(row: QueuedReply, *, resumed: bool) -> OutboundMessage:
     attached = row.attachment
     return OutboundMessage(
         message_id=row.message_id,
@@ -249,7 +248,7 @@ class OutboxFeed:
         return messages, (rows[-1].id if rows else after)
 
 
-def feed_item(row: OutboundRow, user_id: str) -> dict[str, Any]:
+def feed_item(row: QueuedReply, user_id: str) -> dict[str, Any]:
     """A reply as the web feed shows it (the client's own id of the message it answers)."""
     return {
         "message_id": row.message_id,

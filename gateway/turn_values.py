@@ -15,7 +15,6 @@ from channels.plugin import ChannelAdapter
 from gateway.identity import ResolvedUser
 from sessions.progress import TurnProgress
 from sessions.routing import Arrival, RoutingPolicy
-from storage.models import InboundEvent
 from storage.repositories.inbox import PendingEvent
 
 
@@ -29,8 +28,8 @@ class QueuedEvent:
     live: Mapping[str, Any] | None = None
 
     @classmethod
-    def of(cls, row: InboundEvent | PendingEvent) -> QueuedEvent:
-        """The value of an inbox row (as the ORM or a user's queue reads it)."""
+    def of(cls, row: PendingEvent) -> QueuedEvent:
+        """The value of an inbox row as a user's queue reads it."""
         return cls(row.id, ChannelMessage.from_record(row.message), row.live_reply or None)
 
 

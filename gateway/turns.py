@@ -46,9 +46,8 @@ from sessions.turn import TurnService
 from sessions.turn_values import LIVE_REPLY_KEY, ReplyAddress, UserTurn, new_outbound_id
 from storage.database import Database
 from storage.models import InboundStatus
-from storage.models import OutboundMessage as OutboundRow
 from storage.repositories.inbox import InboxRepository
-from storage.repositories.outbox import OutboxRepository
+from storage.repositories.outbox import OutboxRepository, QueuedReply
 from storage.transcripts import TranscriptStore
 
 log = get_logger(__name__)
@@ -79,7 +78,7 @@ class TurnProcessor:
         settings: TurnSettings,
         *,
         clock: Callable[[], datetime],
-        send_reply: Callable[[OutboundRow], None],
+        send_reply: Callable[[QueuedReply], None],
         reply_lease: timedelta,
         work_slots: WorkSlots,
         adapters: Mapping[ChannelType, ChannelAdapter] | None = None,
@@ -380,7 +379,7 @@ class TurnProcessor:
         kind: str = "reply",
         file: FileToSend | None = None,
         live: Mapping[str, Any] | None = None,
-    ) -> OutboundRow | None:
+    ) -> QueuedReply | None:
         """Add a reply to the outbox in the caller's transaction; the row to send once that
         commits, or None for channels whose clients fetch their replies."""
         delivered = message.channel_type.value in self.settings.pull_channels
@@ -410,7 +409,7 @@ class TurnProcessor:
         )
         return None if delivered else row
 
-    def _send(self, reply: OutboundRow | None) -> None:
+    def _send(self, reply: QueuedReply | None) -> None:
         """Hand a committed reply to the outbox sender."""
         if reply is not None:
             self.send_reply(reply)

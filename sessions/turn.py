@@ -59,9 +59,8 @@ from sessions.turn_values import (
 )
 from storage.database import Database
 from storage.models import InboundStatus
-from storage.models import OutboundMessage as OutboundRow
 from storage.models import ToolConfirmation as ToolConfirmationRow
-from storage.repositories.outbox import OutboxRepository
+from storage.repositories.outbox import OutboxRepository, QueuedReply
 from storage.repositories.sessions import SessionRepository
 from storage.transcripts import SessionRef, TranscriptStore
 from storage.turn_store import (
@@ -387,7 +386,7 @@ class TurnService:
         kind: str,
         at: datetime,
         live: Mapping[str, Any] | None = None,
-    ) -> OutboundRow | None:
+    ) -> QueuedReply | None:
         address = turn.reply_to
         reply_context = dict(address.reply_context)
         if live is not None:

@@ -12,7 +12,7 @@ from typing import Any
 from errors import StorageError
 from sessions.files.turn_files import IncomingFile
 from sessions.routing import Arrival
-from storage.models import OutboundMessage as OutboundRow
+from storage.repositories.outbox import QueuedReply
 from storage.transcripts import TranscriptLine
 
 LIVE_REPLY_KEY = "live"
@@ -70,7 +70,7 @@ class TurnResult:
     last_seq: int
     reply_text: str
     # The committed reply, claimed for this process to send (None on a pull channel).
-    outbound: OutboundRow | None
+    outbound: QueuedReply | None
     answered: bool  # False: the model failed and the reply is the apology
     compacted: bool = False
     input_tokens: int = 0

@@ -13,12 +13,14 @@ not stop the batch (the others depend on it), and `abandoned` is told the result
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+import psycopg
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
 from errors import StorageError
@@ -32,7 +34,16 @@ def refused_for_its_content(exc: BaseException) -> bool:
     encodable, not serialisable) rather than because it could not be reached: a batch that
     fails like this is retried call by call, so one bad call fails alone."""
     cause = exc.__cause__ if isinstance(exc, StorageError) else exc
-    if isinstance(cause, DataError | IntegrityError):
+    # Through SQLAlchemy, or through the driver itself (`storage.driver_rows`).
+    if isinstance(
+        cause,
+        DataError
+        | IntegrityError
+        | psycopg.DataError
+        | psycopg.IntegrityError
+        | sqlite3.DataError
+        | sqlite3.IntegrityError,
+    ):
         return True
     # A value the driver could not bind (a JSON serialiser or type check failed) never
     # reached the server.

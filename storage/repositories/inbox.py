@@ -16,6 +16,10 @@ from storage import driver_rows
 from storage.models import InboundEvent, InboundStatus
 from storage.repositories._sql import dialect_insert
 
+MAX_ACCEPT_BATCH = 128
+"""Events per `accept_many` statement (and so per inbox transaction) at most: a few hundred kB
+of payloads in one statement, whose text is cached for each number of rows."""
+
 
 @dataclass(frozen=True, slots=True)
 class PendingEvent:
@@ -25,6 +29,47 @@ class PendingEvent:
     id: int
     message: dict[str, Any]
     live_reply: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewInboundEvent:
+    """An accepted platform message, to be stored pending: its channel and the platform's
+    message id (unique together: a repeat is a duplicate), the sender's key, and the
+    normalised message and the platform's payload as stored."""
+
+    channel_type: str
+    message_id: str
+    sender_key: str
+    received_at: datetime
+    message: dict[str, Any]
+    raw_payload: dict[str, Any]
+
+
+def _pending(row: Sequence[Any]) -> PendingEvent:
+    return PendingEvent(
+        id=row[0],
+        message=driver_rows.json_value(row[1]),
+        live_reply=driver_rows.json_value(row[2]) or None,
+    )
+
+
+_ACCEPTED = ("channel_type", "message_id", "sender_key", "received_at", "message", "raw_payload")
+_QUEUED = "SELECT id, message, live_reply FROM inbound_events WHERE id = :id"
+
+
+@functools.lru_cache(maxsize=MAX_ACCEPT_BATCH)
+def _accept_many(count: int) -> str:
+    # status and attempts as the model's defaults would set them.
+    return (
+        "INSERT INTO inbound_events "  # noqa: S608 (placeholders only)
+        f"({', '.join(_ACCEPTED)}, status, attempts) VALUES "
+        + ", ".join(
+            "(" + ", ".join(f":{name}_{row}" for name in _ACCEPTED) + ", 'pending', 0)"
+            for row in range(count)
+        )
+        + " ON CONFLICT (channel_type, message_id) DO NOTHING"
+        " RETURNING id, channel_type, message_id"
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -70,14 +115,14 @@ class InboxRepository:
         result = await self.session.execute(statement)
         return result.scalar_one_or_none()
 
-    async def accept_many(self, events: Sequence[InboundEvent]) -> list[int | None]:
-        """Insert new (not yet added) events with one multi-row statement, in the given order.
+    async def accept_many(self, events: Sequence[NewInboundEvent]) -> list[int | None]:
+        """Insert new events with one multi-row statement, in the given order.
 
         For each event its row id, or None when its (channel, message id) was seen before: in
-        the table, or earlier in `events`.
+        the table, or earlier in `events`. Every accepted message goes through here, so the
+        statement runs through the driver (`storage.driver_rows`).
         """
-        table = InboundEvent.__table__
-        firsts: dict[tuple[str, str], InboundEvent] = {}
+        firsts: dict[tuple[str, str], NewInboundEvent] = {}
         for event in events:
             firsts.setdefault((event.channel_type, event.message_id), event)
         rows = [
@@ -85,24 +130,23 @@ class InboxRepository:
                 "channel_type": event.channel_type,
                 "message_id": event.message_id,
                 "sender_key": event.sender_key,
-                "status": InboundStatus.PENDING.value,
                 "received_at": event.received_at,
-                "message": event.message,
-                "raw_payload": event.raw_payload,
+                "message": driver_rows.JsonValue(event.message),
+                "raw_payload": driver_rows.JsonValue(event.raw_payload),
             }
             for event in firsts.values()
         ]
-        statement = (
-            dialect_insert(self.session, table)
-            .on_conflict_do_nothing(index_elements=["channel_type", "message_id"])
-            .returning(table.c.id, table.c.channel_type, table.c.message_id)
+        found = await driver_rows.rows(
+            self.session, _accept_many(len(rows)), driver_rows.numbered(rows)
         )
-        # A list of rows is one INSERT … VALUES (…), (…) … RETURNING (SQLAlchemy's
-        # "insertmanyvalues"), compiled once whatever the number of rows.
-        result = await self.session.execute(statement, rows)
-        ids = {(channel, message_id): row_id for row_id, channel, message_id in result}
+        ids = {(channel, message_id): row_id for row_id, channel, message_id in found}
         # pop: the first of several events with one key gets the id, the others None.
         return [ids.pop((event.channel_type, event.message_id), None) for event in events]
+
+    async def queued(self, event_id: int) -> PendingEvent | None:
+        """The event as a user's queue shows it (whatever its status), or None."""
+        found = await driver_rows.rows(self.session, _QUEUED, {"id": event_id})
+        return _pending(found[0]) if found else None
 
     async def get(self, event_id: int) -> InboundEvent | None:
         """The inbound event, or None."""
@@ -153,14 +197,7 @@ class InboxRepository:
             _next_pending(len(sender_keys)),
             {"limit": limit, **{f"key_{i}": key for i, key in enumerate(sender_keys)}},
         )
-        return [
-            PendingEvent(
-                id=row[0],
-                message=driver_rows.json_value(row[1]),
-                live_reply=driver_rows.json_value(row[2]) or None,
-            )
-            for row in found
-        ]
+        return [_pending(row) for row in found]
 
     async def mark_appended(
         self, event_id: int, *, seq: int, session_id: str, user_id: str

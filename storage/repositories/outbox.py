@@ -3,12 +3,13 @@ how the gateway enqueues, claims and marks them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage import driver_rows
@@ -16,11 +17,51 @@ from storage.models import OutboundMessage, OutboundStatus
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedReply:
+    """A reply as stored in the outbox: what its sender and the web feed need of it."""
+
+    id: int
+    message_id: str
+    channel_type: str
+    channel_id: str
+    thread_id: str
+    content: str
+    user_id: str | None
+    session_id: str | None
+    in_reply_to: str | None
+    kind: str
+    reply_context: Mapping[str, Any]
+    attachment: Mapping[str, Any] | None
+    attempts: int
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: OutboundMessage) -> QueuedReply:
+        """The value of a row the ORM read."""
+        return cls(
+            id=row.id,
+            message_id=row.message_id,
+            channel_type=row.channel_type,
+            channel_id=row.channel_id,
+            thread_id=row.thread_id,
+            content=row.content,
+            user_id=row.user_id,
+            session_id=row.session_id,
+            in_reply_to=row.in_reply_to,
+            kind=row.kind,
+            reply_context=row.reply_context,
+            attachment=row.attachment,
+            attempts=row.attempts,
+            created_at=row.created_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedReply:
     """A reply claimed for sending; `resumed` when it was claimed from a sender whose lease
     ran out (it died mid-send, perhaps after the platform took the reply)."""
 
-    row: OutboundMessage
+    reply: QueuedReply
     resumed: bool
 
 
@@ -50,6 +91,18 @@ _ENQUEUE = (
 )
 
 
+@functools.lru_cache(maxsize=64)
+def _mark_delivered(count: int) -> str:
+    """One UPDATE marking `count` replies delivered, each with its platform message id."""
+    ids = ", ".join(f":id_{n}" for n in range(count))
+    platform_ids = " ".join(f"WHEN :id_{n} THEN :platform_id_{n}" for n in range(count))
+    return (
+        "UPDATE outbound_messages SET status = 'delivered', "  # noqa: S608 (placeholders only)
+        f"platform_message_id = CASE id {platform_ids} END, delivered_at = :at, "
+        f"attempts = attempts + 1, last_error = NULL WHERE id IN ({ids})"
+    )
+
+
 class OutboxRepository:
     """The durable outbox of replies."""
 
@@ -74,7 +127,7 @@ class OutboxRepository:
         attachment: dict[str, Any] | None = None,
         delivered: bool = False,
         claimed_until: datetime | None = None,
-    ) -> OutboundMessage:
+    ) -> QueuedReply:
         """Commit a reply for sending (the caller's transaction commits it); `delivered` for
         channels whose clients fetch replies themselves, where being stored is being sent;
         `claimed_until` for a reply the caller sends itself, as if claimed with that lease."""
@@ -83,33 +136,45 @@ class OutboxRepository:
             status = OutboundStatus.DELIVERED
         elif claimed_until is not None:
             status, next_attempt_at = OutboundStatus.SENDING, claimed_until
-        row = OutboundMessage(
+        reply_context = reply_context or {}
+        values: dict[str, Any] = {
+            "message_id": message_id,
+            "user_id": user_id,
+            "session_id": session_id,
+            "inbound_event_id": inbound_event_id,
+            "channel_type": channel_type,
+            "channel_id": channel_id,
+            "thread_id": thread_id,
+            "in_reply_to": in_reply_to,
+            "kind": kind,
+            "content": content,
+            "reply_context": driver_rows.JsonValue(reply_context),
+            "attachment": driver_rows.JsonValue(attachment) if attachment is not None else None,
+            "status": status.value,
+            "attempts": 0,
+            "created_at": at,
+            "next_attempt_at": next_attempt_at,
+            "delivered_at": at if delivered else None,
+            "platform_message_id": message_id if delivered else None,
+        }
+        # Every reply of every turn: through the driver (`storage.driver_rows`).
+        ((row_id,),) = await driver_rows.rows(self.session, _ENQUEUE, values)
+        return QueuedReply(
+            id=row_id,
             message_id=message_id,
-            user_id=user_id,
-            session_id=session_id,
-            inbound_event_id=inbound_event_id,
             channel_type=channel_type,
             channel_id=channel_id,
             thread_id=thread_id,
+            content=content,
+            user_id=user_id,
+            session_id=session_id,
             in_reply_to=in_reply_to,
             kind=kind,
-            content=content,
-            reply_context=reply_context or {},
+            reply_context=reply_context,
             attachment=attachment,
-            status=status.value,
             attempts=0,
             created_at=at,
-            next_attempt_at=next_attempt_at,
-            delivered_at=at if delivered else None,
-            platform_message_id=message_id if delivered else None,
         )
-        # Every reply of every turn: through the driver (`storage.driver_rows`); the row is
-        # not the session's (its sender only reads it).
-        values = {column: getattr(row, column) for column in _ENQUEUED}
-        values["reply_context"] = driver_rows.JsonValue(row.reply_context)
-        values["attachment"] = driver_rows.JsonValue(attachment) if attachment is not None else None
-        ((row.id,),) = await driver_rows.rows(self.session, _ENQUEUE, values)
-        return row
 
     async def claim_due(
         self, now: datetime, *, lease: timedelta, limit: int = 50
@@ -145,7 +210,7 @@ class OutboxRepository:
             select(OutboundMessage).where(OutboundMessage.id.in_(ids)).order_by(OutboundMessage.id)
         )
         return [
-            ClaimedReply(row, resumed=found[row.id] == OutboundStatus.SENDING.value)
+            ClaimedReply(QueuedReply.of(row), resumed=found[row.id] == OutboundStatus.SENDING.value)
             for row in result.scalars()
         ]
 
@@ -162,17 +227,13 @@ class OutboxRepository:
         one UPDATE for all of them."""
         if not platform_message_ids:
             return
-        await self.session.execute(
-            update(OutboundMessage)
-            .where(OutboundMessage.id.in_(list(platform_message_ids)))
-            .values(
-                status=OutboundStatus.DELIVERED.value,
-                platform_message_id=case(platform_message_ids, value=OutboundMessage.id),
-                delivered_at=at,
-                attempts=OutboundMessage.attempts + 1,
-                last_error=None,
-            )
-        )
+        # Every delivered reply: through the driver (`storage.driver_rows`).
+        ids = list(platform_message_ids)
+        params: dict[str, Any] = {"at": at}
+        for n, outbound_id in enumerate(ids):
+            params[f"id_{n}"] = outbound_id
+            params[f"platform_id_{n}"] = platform_message_ids[outbound_id]
+        await driver_rows.rows(self.session, _mark_delivered(len(ids)), params)
 
     async def mark_attempt_failed(
         self, outbound_id: int, *, error: str, retry_at: datetime | None
@@ -192,7 +253,7 @@ class OutboxRepository:
 
     async def feed(
         self, channel_type: str, channel_id: str, *, after_id: int = 0, limit: int = 100
-    ) -> list[OutboundMessage]:
+    ) -> list[QueuedReply]:
         """Replies on one channel address after a cursor (the outbound row id), oldest first."""
         result = await self.session.execute(
             select(OutboundMessage)
@@ -204,11 +265,9 @@ class OutboxRepository:
             .order_by(OutboundMessage.id)
             .limit(limit)
         )
-        return list(result.scalars())
+        return [QueuedReply.of(row) for row in result.scalars()]
 
-    async def latest(
-        self, channel_type: str, channel_id: str, *, limit: int
-    ) -> list[OutboundMessage]:
+    async def latest(self, channel_type: str, channel_id: str, *, limit: int) -> list[QueuedReply]:
         """The newest replies on one channel address, newest first (a page shown again)."""
         result = await self.session.execute(
             select(OutboundMessage)
@@ -219,7 +278,7 @@ class OutboxRepository:
             .order_by(OutboundMessage.id.desc())
             .limit(limit)
         )
-        return list(result.scalars())
+        return [QueuedReply.of(row) for row in result.scalars()]
 
     async def sent_since(
         self, channel_type: str, channel_id: str, kind: str, since: datetime

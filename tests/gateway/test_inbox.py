@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 import structlog
 from sqlalchemy import event, select
-from sqlalchemy.exc import OperationalError
 from structlog.testing import capture_logs
 
 import gateway.inbox
@@ -21,6 +21,7 @@ from channels.base import ChannelMessage, ChannelType
 from errors import StorageError
 from gateway.inbox import Inbox
 from gateway.metrics import GatewayMetrics
+from storage import driver_rows
 from storage.database import Database
 from storage.models import InboundEvent
 
@@ -169,23 +170,24 @@ async def test_duplicates_in_a_batch_and_in_the_table_are_dropped_and_logged(
 
 
 async def test_a_failed_batch_fails_every_caller_and_stores_nothing(
-    database: Database, logged: list[dict[str, Any]]
+    database: Database, logged: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     woken = Woken()
     inbox = inbox_for(database, woken)
+    run_statement = driver_rows.rows
 
-    def lost_connection(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.startswith("INSERT INTO inbound_events"):
-            raise OperationalError(statement, {}, Exception("server closed the connection"))
+    async def lost_connection(session: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        # The inbox's INSERT runs through the driver: its error, as `driver_rows` raises it.
+        if sql.startswith("INSERT INTO inbound_events"):
+            lost = psycopg.OperationalError("server closed the connection unexpectedly")
+            raise StorageError("database error: server closed the connection") from lost
+        return await run_statement(session, sql, *args, **kwargs)
 
-    engine = database.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", lost_connection)
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(driver_rows, "rows", lost_connection)
         results = await asyncio.gather(
             *(inbox.accept(message(f"m-{n}")) for n in range(5)), return_exceptions=True
         )
-    finally:
-        event.remove(engine, "before_cursor_execute", lost_connection)
 
     assert all(isinstance(result, StorageError) for result in results), results
     failed = [entry["message_id"] for entry in logged if entry["event"] == "inbox.accept_failed"]

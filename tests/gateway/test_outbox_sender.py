@@ -14,6 +14,7 @@ from channels.base import ChannelType, DeliveryReceipt, OutboundMessage
 from errors import DeliveryError
 from gateway.metrics import GatewayMetrics
 from gateway.outbox import OutboxSender, RetryPolicy
+from storage import driver_rows
 from storage.database import Database
 from storage.models import OutboundMessage as OutboundRow
 from storage.repositories.outbox import OutboxRepository
@@ -34,26 +35,31 @@ class SettableClock:
 
 
 class CountingStatements:
-    """Counts the delivery marks (UPDATEs setting status 'delivered') and the commits that an
-    engine runs while the block runs."""
+    """Counts the delivery marks (UPDATEs setting status 'delivered', which run through the
+    driver: `storage.driver_rows`) and the commits that an engine runs while the block
+    runs."""
 
     def __init__(self, database: Database) -> None:
         self.engine = database.engine.sync_engine
         self.marks = 0
         self.commits = 0
+        self._rows = driver_rows.rows
 
     def __enter__(self) -> CountingStatements:
-        event.listen(self.engine, "before_cursor_execute", self._statement)
+        run_statement = self._rows
+
+        async def counted(session: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+            if sql.startswith("UPDATE outbound_messages") and "'delivered'" in sql:
+                self.marks += 1
+            return await run_statement(session, sql, *args, **kwargs)
+
+        driver_rows.rows = counted  # type: ignore[assignment]
         event.listen(self.engine, "commit", self._commit)
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        event.remove(self.engine, "before_cursor_execute", self._statement)
+        driver_rows.rows = self._rows  # type: ignore[assignment]
         event.remove(self.engine, "commit", self._commit)
-
-    def _statement(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.startswith("UPDATE outbound_messages") and "CASE" in statement:
-            self.marks += 1
 
     def _commit(self, _conn: Any) -> None:
         self.commits += 1

@@ -315,7 +315,7 @@ async def test_outbox_retries_then_delivers_or_gives_up(database: Database) -> N
     async with database.session() as session:
         outbox = OutboxRepository(session)
         claimed = await outbox.claim_due(T0, lease=lease)
-        assert [(c.row.message_id, c.resumed) for c in claimed] == [
+        assert [(c.reply.message_id, c.resumed) for c in claimed] == [
             ("out-1", False),
             ("out-2", False),
         ]
@@ -324,7 +324,7 @@ async def test_outbox_retries_then_delivers_or_gives_up(database: Database) -> N
         await outbox.mark_attempt_failed(second.id, error="gone", retry_at=None)
         assert await outbox.claim_due(T0, lease=lease) == []
         retried = await outbox.claim_due(T0 + timedelta(seconds=5), lease=lease)
-        assert [(c.row.message_id, c.resumed) for c in retried] == [("out-1", False)]
+        assert [(c.reply.message_id, c.resumed) for c in retried] == [("out-1", False)]
         await outbox.mark_delivered(first.id, platform_message_id="p-1", at=T0)
         assert await outbox.backlog() == 0
         feed = await outbox.feed("web", "alice")
@@ -333,8 +333,8 @@ async def test_outbox_retries_then_delivers_or_gives_up(database: Database) -> N
             "out-2"
         ]
     async with database.session() as session:
-        delivered = await session.get(type(first), first.id)
-        failed = await session.get(type(second), second.id)
+        delivered = await session.get(OutboundMessage, first.id)
+        failed = await session.get(OutboundMessage, second.id)
     assert delivered is not None
     assert failed is not None
     assert (delivered.status, delivered.attempts, delivered.platform_message_id) == (
