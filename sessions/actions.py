@@ -87,7 +87,7 @@ async def _current_row(
     db: AsyncSession, arrival: Arrival, policy: RoutingPolicy, now: datetime
 ) -> Session | None:
     route = await find_session(db, arrival, policy, now=now)
-    return route.session if route else None
+    return await SessionRepository(db).get(route.session.id) if route else None
 
 
 async def current_session(

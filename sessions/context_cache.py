@@ -31,10 +31,10 @@ from primitives.bounded_cache import BoundedCache
 from sessions.compaction import as_history
 from sessions.context import HistoryMessage
 from sessions.memory import RetentionPolicy
-from storage.models import Organization, Session, SessionSummary
+from storage.models import Organization, SessionSummary
 from storage.repositories.compactions import CompactionRepository
 from storage.repositories.memory import MemoryRepository
-from storage.repositories.sessions import SessionRepository
+from storage.repositories.sessions import SessionRepository, SessionState
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import OrganizationRepository
 
@@ -58,7 +58,7 @@ class HistoryCache:
             max_messages, weigh=lambda history: len(history.messages) + 1
         )
 
-    async def read(self, db: AsyncSession, session: Session) -> SessionHistory:
+    async def read(self, db: AsyncSession, session: SessionState) -> SessionHistory:
         """The history of `session` (the row read in this transaction) up to its `last_seq`."""
         cached = self._entries.get(session.id)
         if cached is None and session.last_seq == 0 and session.compaction_count == 0:

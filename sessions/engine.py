@@ -64,9 +64,8 @@ from sessions.tool_rounds import ToolRounds
 from sessions.toolbox import TOOL_DATA_NOTE, McpToolbox
 from sessions.topics import TopicWriter
 from storage.database import Database
-from storage.models import Session as SessionRow
 from storage.recall_vectors import TextEmbedder
-from storage.repositories.sessions import SessionRepository
+from storage.repositories.sessions import SessionRepository, SessionState
 from storage.vector_index import VectorIndex
 
 log = structlog.stdlib.get_logger(__name__)
@@ -150,7 +149,7 @@ class SessionEngine:
     async def read_context(
         self,
         db: AsyncSession,
-        session: SessionRow,
+        session: SessionState,
         *,
         thread_id: str = "",
         pending: HistoryMessage | None = None,
@@ -238,7 +237,7 @@ class SessionEngine:
     ) -> LoadedContext:
         """The context of the session's next turn, read in a transaction of its own."""
         async with self.database.session() as db:
-            session = await SessionRepository(db).get(session_id)
+            session = await SessionRepository(db).state(session_id)
             if session is None:
                 raise StorageError("the session does not exist", key=session_id)
             reads = await self.read_context(db, session, thread_id=thread_id, pending=pending)

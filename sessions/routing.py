@@ -28,7 +28,7 @@ from sessions.lifecycle import transition
 from storage.database import Database
 from storage.models import Session, SessionStatus
 from storage.repositories.outbox import OutboxRepository
-from storage.repositories.sessions import SessionRepository
+from storage.repositories.sessions import SessionRepository, SessionState
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -62,7 +62,7 @@ class Arrival:
 class Route:
     """Where a message goes, and how that was decided (for logs and notices)."""
 
-    session: Session
+    session: SessionState
     reason: Literal["thread", "reply", "active", "reference", "new"]
     reactivated: bool = False
     # The message's thread belongs to another user's session: the message is answered in it,
@@ -144,12 +144,14 @@ async def resolve_session(
             log.info(
                 "session.resumed_by_reference", session_id=candidate.id, user_id=arrival.user_id
             )
-            return Route(candidate, "reference", reactivated=True, thread_taken=thread_taken)
+            return Route(
+                SessionState.of(candidate), "reference", reactivated=True, thread_taken=thread_taken
+            )
     created = await SessionRepository(session).create(
         arrival.user_id, arrival.org_id, scope_channel=scope_channel, at=now
     )
     log.info("session.created", session_id=created.id, user_id=arrival.user_id)
-    return Route(created, "new", thread_taken=thread_taken)
+    return Route(SessionState.of(created), "new", thread_taken=thread_taken)
 
 
 async def _continued(
@@ -173,7 +175,7 @@ async def _continued(
             if not change and candidate.status in _CLOSED:
                 return Unrouted(fresh=False, thread_taken=thread_taken)
             reactivated = _reactivate(candidate, now=now, reason=reason)
-            return Route(candidate, reason, reactivated)  # type: ignore[arg-type]
+            return Route(SessionState.of(candidate), reason, reactivated)  # type: ignore[arg-type]
     scope_channel = channel if policy.scope == "channel" else None
     active = await sessions.find_latest_active(arrival.user_id, scope_channel=scope_channel)
     if active is None:
@@ -181,8 +183,9 @@ async def _continued(
     if now - active.last_active_at > policy.archive_after:
         if not change:
             return Unrouted(fresh=False, thread_taken=thread_taken)
-        if active.status == SessionStatus.ACTIVE.value:
-            transition(active, SessionStatus.ARCHIVED, at=now, reason="idle")
+        idle = await sessions.get(active.id)
+        if idle is not None and idle.status == SessionStatus.ACTIVE.value:
+            transition(idle, SessionStatus.ARCHIVED, at=now, reason="idle")
         return Unrouted(fresh=True, thread_taken=thread_taken)
     return Route(active, "active", thread_taken=thread_taken)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
 from storage import driver_rows
+from storage.column_types import utcnow
 from storage.models import Session, SessionChannel, SessionMessage, SessionStatus
 from storage.repositories._sql import new_session_id
 from storage.turn_store import MessageToStore, store_turn_messages
@@ -21,6 +23,53 @@ _RECORD_CHANNEL = """INSERT INTO session_channels
     ON CONFLICT (session_id, channel_type, channel_id, thread_id)
     DO UPDATE SET last_message_at = excluded.last_message_at,
     message_count = session_channels.message_count + 1"""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """A session as a turn routes to it and reads its context: a frozen value, read without
+    loading the row into the ORM (every turn reads one)."""
+
+    id: str
+    user_id: str
+    org_id: str
+    status: str
+    created_at: datetime
+    last_active_at: datetime
+    last_seq: int
+    compaction_count: int
+
+    @classmethod
+    def of(cls, row: Session) -> SessionState:
+        """The state of a row the ORM holds (as changed so far in its transaction)."""
+        return cls(
+            row.id,
+            row.user_id,
+            row.org_id,
+            row.status,
+            row.created_at,
+            row.last_active_at,
+            row.last_seq,
+            row.compaction_count,
+        )
+
+
+_STATE_COLUMNS = (
+    "id, user_id, org_id, status, created_at, last_active_at, last_seq, compaction_count"
+)
+_STATE = f"SELECT {_STATE_COLUMNS} FROM sessions WHERE id = :session_id"  # noqa: S608
+# The user's current session: the active (or compacting) one made current last.
+_LATEST_ACTIVE = (
+    f"SELECT {_STATE_COLUMNS} FROM sessions "  # noqa: S608 (constants only)
+    "WHERE user_id = :user_id AND __SCOPE__ AND status IN ('active', 'compacting') "
+    "ORDER BY current_since DESC, last_active_at DESC LIMIT 1"
+)
+_LATEST_ACTIVE_OF_USER = _LATEST_ACTIVE.replace("__SCOPE__", "scope_channel IS NULL")
+_LATEST_ACTIVE_IN_SCOPE = _LATEST_ACTIVE.replace("__SCOPE__", "scope_channel = :scope_channel")
+
+
+def _state(row: Sequence[Any]) -> SessionState:
+    return SessionState(*row)
 
 
 class SessionRepository:
@@ -56,23 +105,25 @@ class SessionRepository:
         result = await self.session.execute(statement)
         return result.scalar_one_or_none()
 
+    async def state(self, session_id: str) -> SessionState | None:
+        """The session's state, or None (through the driver: `storage.driver_rows`)."""
+        found = await driver_rows.rows(
+            self.session, _STATE, {"session_id": session_id}, timestamps=(4, 5)
+        )
+        return _state(found[0]) if found else None
+
     async def find_latest_active(
         self, user_id: str, *, scope_channel: str | None = None
-    ) -> Session | None:
-        """The user's current session: the active (or compacting) one made current last."""
-        result = await self.session.execute(
-            select(Session)
-            .where(
-                Session.user_id == user_id,
-                Session.scope_channel.is_(None)
-                if scope_channel is None
-                else Session.scope_channel == scope_channel,
-                Session.status.in_([SessionStatus.ACTIVE.value, SessionStatus.COMPACTING.value]),
-            )
-            .order_by(Session.current_since.desc(), Session.last_active_at.desc())
-            .limit(1)
-        )
-        return result.scalar_one_or_none()
+    ) -> SessionState | None:
+        """The user's current session: the active (or compacting) one made current last.
+        Every turn reads it, through the driver."""
+        params = {"user_id": user_id}
+        sql = _LATEST_ACTIVE_OF_USER
+        if scope_channel is not None:
+            params["scope_channel"] = scope_channel
+            sql = _LATEST_ACTIVE_IN_SCOPE
+        found = await driver_rows.rows(self.session, sql, params, timestamps=(4, 5))
+        return _state(found[0]) if found else None
 
     async def find_by_thread(
         self, channel_type: str, channel_id: str, thread_id: str
@@ -279,11 +330,18 @@ class SessionRepository:
         return list(result.scalars())
 
     async def set_topic(self, session_id: str, summary: str, topics: Sequence[str]) -> None:
-        """Replace the session's topic summary and keywords."""
-        await self.session.execute(
-            update(Session)
-            .where(Session.id == session_id)
-            .values(topic_summary=summary, topics=list(topics))
+        """Replace the session's topic summary and keywords (every few turns: through the
+        driver, `storage.driver_rows`; `updated_at` as the model's `onupdate` sets it)."""
+        await driver_rows.rows(
+            self.session,
+            "UPDATE sessions SET topic_summary = :summary, topics = :topics, updated_at = :at"
+            " WHERE id = :session_id",
+            {
+                "summary": summary,
+                "topics": driver_rows.JsonValue(list(topics)),
+                "at": utcnow(),
+                "session_id": session_id,
+            },
         )
 
     async def delete(self, session_id: str) -> bool:
