@@ -13,10 +13,11 @@ errors (the session's rollback then meets the same error, and SQLAlchemy takes a
 whose server went away out of the pool, as for its own statements). The session's pending
 changes to its objects are flushed first, as SQLAlchemy's autoflush does.
 
-The turn's writes (`storage.turn_store`, the session's channel, the reply's outbox row) and
-the dispatcher's read of a user's queue go the same way, for the same reason: through an ORM
-session a one-row lookup cost 1.4-1.7 CPU-ms and through the driver 0.85-0.93
-(`bench/README.md`). A JSON column's value is bound as `JsonValue` and read back decoded
+The statements every message runs go the same way, for the same reason (through an ORM
+session a one-row lookup cost 1.4-1.7 CPU-ms and through the driver 0.85-0.93,
+`bench/README.md`): the inbox's INSERT, the dispatcher's read of a user's queue, the user's
+current session, the turn's writes (`storage.turn_store`, the session's channel, the reply's
+outbox row) and the reply's delivery mark. A JSON column's value is bound as `JsonValue` and read back decoded
 (`json_value`).
 
 Only for statements whose columns are plain values (numbers, strings, bytes, timestamps,
