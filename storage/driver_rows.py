@@ -17,8 +17,8 @@ The statements every message runs go the same way, for the same reason (through 
 session a one-row lookup cost 1.4-1.7 CPU-ms and through the driver 0.85-0.93,
 `bench/README.md`): the inbox's INSERT, the dispatcher's read of a user's queue, the user's
 current session, the turn's writes (`storage.turn_store`, the session's channel, the reply's
-outbox row) and the reply's delivery mark. A JSON column's value is bound as `JsonValue` and read back decoded
-(`json_value`).
+outbox row) and the reply's delivery mark. A JSON column's value is bound as `JsonValue` and
+read back decoded (`json_value`).
 
 Only for statements whose columns are plain values (numbers, strings, bytes, timestamps,
 JSON); everything else keeps SQLAlchemy.

@@ -54,9 +54,11 @@ class SessionState:
         )
 
 
+# `SessionState`'s fields, in order; two of them timestamps.
 _STATE_COLUMNS = (
     "id, user_id, org_id, status, created_at, last_active_at, last_seq, compaction_count"
 )
+_STATE_TIMESTAMPS = (4, 5)
 _STATE = f"SELECT {_STATE_COLUMNS} FROM sessions WHERE id = :session_id"  # noqa: S608
 # The user's current session: the active (or compacting) one made current last.
 _LATEST_ACTIVE = (
@@ -108,7 +110,7 @@ class SessionRepository:
     async def state(self, session_id: str) -> SessionState | None:
         """The session's state, or None (through the driver: `storage.driver_rows`)."""
         found = await driver_rows.rows(
-            self.session, _STATE, {"session_id": session_id}, timestamps=(4, 5)
+            self.session, _STATE, {"session_id": session_id}, timestamps=_STATE_TIMESTAMPS
         )
         return _state(found[0]) if found else None
 
@@ -122,7 +124,7 @@ class SessionRepository:
         if scope_channel is not None:
             params["scope_channel"] = scope_channel
             sql = _LATEST_ACTIVE_IN_SCOPE
-        found = await driver_rows.rows(self.session, sql, params, timestamps=(4, 5))
+        found = await driver_rows.rows(self.session, sql, params, timestamps=_STATE_TIMESTAMPS)
         return _state(found[0]) if found else None
 
     async def find_by_thread(
