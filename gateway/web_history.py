@@ -15,9 +15,8 @@ from typing import Any
 from channels.base import Attachment, ChannelType, attachments_line
 from gateway.outbox import feed_item
 from storage.database import Database
-from storage.models import SessionMessage
 from storage.repositories.outbox import OutboxRepository
-from storage.repositories.sessions import SessionRepository
+from storage.repositories.sessions import OwnMessage, SessionRepository
 from storage.repositories.users import UserRepository
 
 
@@ -52,19 +51,19 @@ class WebHistory:
         return [item for _, _, item in timeline[-limit:]], cursor
 
 
-def _shown_at(message: SessionMessage, answered: dict[str, datetime]) -> datetime:
+def _shown_at(message: OwnMessage, answered: dict[str, datetime]) -> datetime:
     """Where a user's message belongs in time: never after its reply (both are stored in one
     transaction, but a reply is what the user saw first only if it is older)."""
     reply_at = answered.get(message.message_id or "")
     return min(message.created_at, reply_at) if reply_at is not None else message.created_at
 
 
-def _user_item(message: SessionMessage, prefix: str) -> dict[str, Any]:
+def _user_item(message: OwnMessage, prefix: str) -> dict[str, Any]:
     """A user's message in the shape of a feed item (`role` user, the client's own id); one
     that brought files has their names in `attachments` too."""
     files = [
         Attachment(record["filename"], record["content_type"], record["size"])
-        for record in (message.metadata_json or {}).get("attachments", ())
+        for record in (message.metadata or {}).get("attachments", ())
     ]
     item: dict[str, Any] = {
         "message_id": (message.message_id or "").removeprefix(prefix),

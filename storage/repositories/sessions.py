@@ -70,6 +70,18 @@ _LATEST_ACTIVE_OF_USER = _LATEST_ACTIVE.replace("__SCOPE__", "scope_channel IS N
 _LATEST_ACTIVE_IN_SCOPE = _LATEST_ACTIVE.replace("__SCOPE__", "scope_channel = :scope_channel")
 
 
+@dataclass(frozen=True, slots=True)
+class OwnMessage:
+    """A message a user sent, as their channel's history shows it again."""
+
+    session_id: str
+    message_id: str | None
+    thread_id: str
+    content: str
+    metadata: dict[str, Any] | None
+    created_at: datetime
+
+
 def _state(row: Sequence[Any]) -> SessionState:
     return SessionState(*row)
 
@@ -314,11 +326,18 @@ class SessionRepository:
 
     async def user_messages_on(
         self, user_id: str, channel_type: str, *, message_id_prefix: str, limit: int
-    ) -> list[SessionMessage]:
+    ) -> list[OwnMessage]:
         """The user's own newest messages on one channel across their sessions, newest first,
         those whose platform id starts with `message_id_prefix` (one identity's messages)."""
         result = await self.session.execute(
-            select(SessionMessage)
+            select(
+                SessionMessage.session_id,
+                SessionMessage.message_id,
+                SessionMessage.thread_id,
+                SessionMessage.content,
+                SessionMessage.metadata_json,
+                SessionMessage.created_at,
+            )
             .join(Session, Session.id == SessionMessage.session_id)
             .where(
                 Session.user_id == user_id,
@@ -329,7 +348,7 @@ class SessionRepository:
             .order_by(SessionMessage.created_at.desc(), SessionMessage.id.desc())
             .limit(limit)
         )
-        return list(result.scalars())
+        return [OwnMessage(*row) for row in result]
 
     async def set_topic(self, session_id: str, summary: str, topics: Sequence[str]) -> None:
         """Replace the session's topic summary and keywords (every few turns: through the
