@@ -40,6 +40,16 @@ class MovableClock:
         self.offset += delta
 
 
+def gateway_client(base_url: str = "") -> httpx.AsyncClient:
+    """An HTTP client for a gateway under test. It keeps an idle connection for 1 s only:
+    uvicorn closes one after 5 s (`timeout_keep_alive`), and a request sent on a connection
+    the server is closing at that moment fails (`httpx.ReadError`) with httpx's own default
+    of 5 s, as a test that waits a few seconds between two requests once did."""
+    return httpx.AsyncClient(
+        base_url=base_url, timeout=10, limits=httpx.Limits(keepalive_expiry=1.0)
+    )
+
+
 class _QuietServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -157,7 +167,7 @@ async def running_gateway(config: GatewayConfig) -> AsyncIterator[RunningGateway
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("the gateway's server or its jobs' first pass did not start")
         await asyncio.sleep(0.01)
-    client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10)
+    client = gateway_client(f"http://127.0.0.1:{port}")
     try:
         yield RunningGateway(runtime, client, clock)
     finally:

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import select
 
@@ -23,7 +22,7 @@ from gateway.server import SHUTDOWN_GRACE, http_server
 from gateway.turn_values import QueuedEvent
 from storage.models import InboundEvent, OutboundMessage
 from tests.channels.web_channel_harness import Event, EventReader, open_stream
-from tests.e2e.harness import free_port, gateway_config, running_gateway
+from tests.e2e.harness import free_port, gateway_client, gateway_config, running_gateway
 from tests.e2e.test_processes import GATEWAY_PROCESSES, GatewayProcess
 
 QUESTION = "tell me about anvils and hammers and forges and the smiths who use them every day"
@@ -200,7 +199,7 @@ async def test_a_gateway_with_an_open_event_stream_stops_within_seconds(
         while not server.started:
             assert not serving.done(), serving.result()
             await asyncio.sleep(0.01)
-        client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10)
+        client = gateway_client(f"http://127.0.0.1:{port}")
         async with client, open_stream(client) as events:
             started = time.monotonic()
             server.should_exit = True
@@ -238,7 +237,7 @@ identity:
     assert gateway.process is not None
     try:
         async with (
-            httpx.AsyncClient(base_url=gateway.url, timeout=10) as client,
+            gateway_client(gateway.url) as client,
             open_stream(client) as events,
         ):
             started = time.monotonic()

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from gateway.server import TURN_WORKER_NICENESS
 from storage.database import Database
 from storage.models import InboundEvent, OutboundMessage, Session, SessionMessage
-from tests.e2e.harness import free_port
+from tests.e2e.harness import free_port, gateway_client
 
 ROOT = Path(__file__).resolve().parents[2]
 START_SECONDS = 120  # a `gateway run` not serving /healthz by then has hung
@@ -112,7 +112,7 @@ async def test_two_processes_on_one_database_never_overlap_a_users_turns(
         config = write_config(tmp_path, f"gw{index}", port, fresh_postgres_url, "100ms")
         processes.append(GatewayProcess(config, port, tmp_path).start())
     sent = [f"m{index:02d}" for index in range(20)]
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with gateway_client() as client:
         for index, message_id in enumerate(sent):
             target = processes[index % 2].url
             response = await client.post(
@@ -177,7 +177,7 @@ async def test_a_turn_killed_midway_is_answered_once_after_restart(
             rows = list((await db.execute(select(SessionMessage.role))).scalars())
         return len(sessions) == 1 and rows == []
 
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with gateway_client() as client:
         response = await client.post(
             f"{first.url}/web/v1/messages",
             json={"user": "alice", "text": "survive this", "message_id": "k1"},
@@ -242,7 +242,7 @@ async def test_an_accepting_gateway_with_a_turn_worker_answers_each_message_once
     processes.append(gateway)
     assert gateway.process is not None
     users = ("alice", "bob")
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with gateway_client() as client:
 
         async def answered(count: int) -> bool:
             feeds = [

@@ -21,7 +21,7 @@ import yaml
 
 from sessions.recall_tool import SEARCH_TOOL_NAME
 from tests.channels.email_mail import ASSISTANT, mail, smtp_code
-from tests.e2e.harness import free_port
+from tests.e2e.harness import free_port, gateway_client
 from tests.e2e.test_processes import GATEWAY_PROCESSES, GatewayProcess
 from tests.fakes.anthropic_api import FakeAnthropicAPI
 from tests.fakes.smtp_sink import SmtpSink
@@ -234,7 +234,7 @@ async def test_each_reloadable_group_applies_to_the_next_request_and_restart_onl
 ) -> None:
     gateway, config, api = reloading_gateway, reloading_gateway.config, reloading_gateway.api
     unsigned = mail("Can you hear me?", sender=f"Carol <{CAROL}>", message_id="<c1@acme.invalid>")
-    async with httpx.AsyncClient(base_url=gateway.process.url, timeout=10) as client:
+    async with gateway_client(gateway.process.url) as client:
         before = await turn_request(client, api, "Hello", "m1")
         assert PROMPT_ONE in before["system"]
         assert (before["max_tokens"], before["model"]) == (1000, "model-one")
