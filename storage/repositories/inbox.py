@@ -122,6 +122,8 @@ class InboxRepository:
         the table, or earlier in `events`. Every accepted message goes through here, so the
         statement runs through the driver (`storage.driver_rows`).
         """
+        if not events:
+            return []
         firsts: dict[tuple[str, str], NewInboundEvent] = {}
         for event in events:
             firsts.setdefault((event.channel_type, event.message_id), event)

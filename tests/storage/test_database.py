@@ -18,6 +18,7 @@ from sessions.lifecycle import transition
 from storage.database import Database, redact_url
 from storage.models import (
     Base,
+    InboundEvent,
     InboundStatus,
     OutboundMessage,
     OutboundStatus,
@@ -26,7 +27,7 @@ from storage.models import (
     SessionStatus,
     UserChannelIdentity,
 )
-from storage.repositories.inbox import InboxRepository
+from storage.repositories.inbox import InboxRepository, NewInboundEvent
 from storage.repositories.outbox import OutboxRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
@@ -270,6 +271,37 @@ async def test_deleting_a_user_removes_everything_of_theirs(database: Database) 
     assert remaining["inbound_events"] == 0
     assert remaining["outbound_messages"] == 0
     assert remaining["users"] == 1
+
+
+async def test_inbox_accepts_messages_arriving_together_in_one_statement(
+    database: Database,
+) -> None:
+    def event(message_id: str, sender: str) -> NewInboundEvent:
+        message = {"content": f"text of {message_id}", "emoji": "\u2603"}
+        return NewInboundEvent("web", message_id, sender, T0, message, {"raw": [1, None]})
+
+    async with database.single() as session:
+        inbox = InboxRepository(session)
+        assert await inbox.accept_many([]) == []
+        ids = await inbox.accept_many(
+            [event("m1", "web:alice"), event("m2", "web:bob"), event("m1", "web:alice")]
+        )
+        again = await inbox.accept_many([event("m2", "web:bob"), event("m3", "web:bob")])
+    first, second, repeated = ids
+    assert first is not None
+    assert second is not None
+    assert repeated is None  # the same message twice in one batch: the first is stored
+    assert again[0] is None
+    assert again[1] is not None
+    async with database.session() as session:
+        queued = await InboxRepository(session).queued(first)
+        stored = await session.get(InboundEvent, first)
+    assert queued is not None
+    assert queued.message == {"content": "text of m1", "emoji": "\u2603"}
+    assert queued.live_reply is None
+    assert stored is not None
+    assert (stored.status, stored.attempts, stored.received_at) == ("pending", 0, T0)
+    assert stored.raw_payload == {"raw": [1, None]}
 
 
 async def test_inbox_accepts_a_message_id_once(database: Database) -> None:
