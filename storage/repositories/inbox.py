@@ -150,10 +150,6 @@ class InboxRepository:
         found = await driver_rows.rows(self.session, _QUEUED, {"id": event_id})
         return _pending(found[0]) if found else None
 
-    async def get(self, event_id: int) -> InboundEvent | None:
-        """The inbound event, or None."""
-        return await self.session.get(InboundEvent, event_id)
-
     async def pending_senders(self, *, limit: int = 500) -> list[str]:
         """Senders with unfinished events, in the order of their oldest event."""
         result = await self.session.execute(

@@ -244,7 +244,7 @@ async def test_deleting_a_user_removes_everything_of_theirs(database: Database) 
             at=T0,
         )
         assert event_id is not None
-        inbound = await InboxRepository(session).get(event_id)
+        inbound = await session.get(InboundEvent, event_id)
         assert inbound is not None
         inbound.user_id, inbound.session_id = "alice", alice_session
         await OutboxRepository(session).enqueue(
