@@ -24,7 +24,7 @@ _STOPWORD_LIST = """
 STOPWORDS = frozenset(_STOPWORD_LIST.split())
 MAX_QUERY_TERMS = 32
 _WORD = re.compile(r"[^\W_]+")
-_NAME_WORD = re.compile(r"([^\W_]+)(?:['\u2019]s\b)?")
+# A word and its possessive "'s", if any (group 2): "Caroline's".
 _WORD_AND_POSSESSIVE = re.compile(r"([^\W_]+)(['\u2019]s\b)?")
 # Words after which a name is the object of the question, not who it asks about: "what did
 # Joanna recommend to Nate?", "how did Nate feel about sharing it with Joanna?".
@@ -55,7 +55,9 @@ def without_names(query: str, names: Iterable[str]) -> str:
     named = {word for name in names for word in words(name)}
     if not named:
         return query
-    return _NAME_WORD.sub(lambda match: "" if match[1].lower() in named else match[0], query)
+    return _WORD_AND_POSSESSIVE.sub(
+        lambda match: "" if match[1].lower() in named else match[0], query
+    )
 
 
 def asked_about(query: str, speakers: Collection[str], *, roles: bool = True) -> set[str]:
