@@ -178,6 +178,7 @@ class SessionEngine:
             session_id=session.id,
             after_seq=history.after_seq,
             summary_sessions=frozenset(s.session_id for s in hot),
+            others_indexed=session.others_indexed,
         )
         return ContextReads(
             session_id=session.id,

@@ -147,12 +147,17 @@ class RecallSearch:
         """Whether the user has an entry the search could return: not when everything they
         ever said is the current session, all of it in the context (a new user's first
         session, until it is compacted). Then the search is one index lookup instead of its
-        two transactions. Users found to have more are remembered: that only stops being
+        two transactions, or none when the turn read the answer with its session's state
+        (`others_indexed`). Users found to have more are remembered: that only stops being
         true when their data is deleted, and then the search finds nothing, as it should."""
         if exclusions.session_id is None or exclusions.after_seq > 0:
             return True
         if self._with_history.get(user_id):
             return True
+        if exclusions.others_indexed is not None:
+            if exclusions.others_indexed:
+                self._with_history.put(user_id, True)
+            return exclusions.others_indexed
         lookup = self.database.reading if self.database.is_sqlite else self.database.single
         async with lookup() as session:
             found = await RecallIndexRepository(session).has_entries_outside(

@@ -139,6 +139,9 @@ class RecallExclusions:
     session_id: str | None = None
     after_seq: int = 0
     summary_sessions: frozenset[str] = field(default_factory=frozenset)
+    # Whether the user had entries of other sessions than `session_id`, as read with the
+    # session's state (None: not known; the search looks it up).
+    others_indexed: bool | None = None
 
     def excludes(self, entry: IndexedText) -> bool:
         """Whether the entry is already in context."""

@@ -38,6 +38,10 @@ class SessionState:
     last_active_at: datetime
     last_seq: int
     compaction_count: int
+    # Whether the user had recall entries of other sessions when this was read (None: not
+    # read): recall's search then needs no lookup of its own to know whether it can find
+    # anything (`sessions.recall`).
+    others_indexed: bool | None = None
 
     @classmethod
     def of(cls, row: Session) -> SessionState:
@@ -54,9 +58,12 @@ class SessionState:
         )
 
 
-# `SessionState`'s fields, in order; two of them timestamps.
+# `SessionState`'s fields, in order; two of them timestamps. The last is one index lookup:
+# the first entry of another session ends it.
 _STATE_COLUMNS = (
-    "id, user_id, org_id, status, created_at, last_active_at, last_seq, compaction_count"
+    "id, user_id, org_id, status, created_at, last_active_at, last_seq, compaction_count,"
+    " EXISTS (SELECT 1 FROM recall_entries WHERE recall_entries.user_id = sessions.user_id"
+    " AND recall_entries.session_id <> sessions.id)"
 )
 _STATE_TIMESTAMPS = (4, 5)
 _STATE = f"SELECT {_STATE_COLUMNS} FROM sessions WHERE id = :session_id"  # noqa: S608
@@ -83,7 +90,10 @@ class OwnMessage:
 
 
 def _state(row: Sequence[Any]) -> SessionState:
-    return SessionState(*row)
+    session_id, user_id, org_id, status, created, active, last_seq, compactions, others = row
+    return SessionState(
+        session_id, user_id, org_id, status, created, active, last_seq, compactions, bool(others)
+    )
 
 
 class SessionRepository:

@@ -257,6 +257,37 @@ async def test_a_search_with_only_the_context_to_search_reads_nothing_more(
     assert searches == ["alice"] * 3
 
 
+async def test_the_sessions_state_tells_the_search_whether_anything_else_is_indexed(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, first_ids = await conversation(database, [("Alice", "Acme price is 4200.")])
+
+    async def no_lookup(*_args: object) -> bool:
+        raise AssertionError("the state read already told")
+
+    monkeypatch.setattr(RecallIndexRepository, "has_entries_outside", no_lookup)
+    recall = RecallSearch(database)
+    async with database.session() as db:
+        only = await SessionRepository(db).find_latest_active("alice")
+    assert only is not None
+    assert only.id == first
+    assert only.others_indexed is False
+    alone = RecallExclusions(session_id=first, others_indexed=only.others_indexed)
+    assert await recall.search("alice", "Acme price", 5, exclude=alone) == []
+    second, _ = await conversation(database, [("Alice", "Anything new?")], day=1)
+    async with database.session() as db:
+        latest = await SessionRepository(db).find_latest_active("alice")
+        by_id = await SessionRepository(db).state(first)
+    assert latest is not None
+    assert latest.id == second
+    assert latest.others_indexed is True
+    assert by_id is not None
+    assert by_id.others_indexed is True
+    later = RecallExclusions(session_id=second, others_indexed=latest.others_indexed)
+    found = await recall.search("alice", "Acme price", 5, exclude=later)
+    assert [hit.message_id for hit in found] == first_ids
+
+
 async def test_the_search_tool_answers_with_dated_passages(database: Database) -> None:
     await conversation(database, [("Alice", "The Acme renewal is 4200 euros.")])
     await conversation(database, [("Alice", "Acme called again about the renewal.")], day=10)
@@ -297,7 +328,7 @@ async def test_the_search_runs_after_the_turns_transaction_and_a_failure_leaves_
     current, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
     subject = engine(database, tmp_path, RecallSettings(auto_hits=3))
     async with database.session() as db:
-        session = await SessionRepository(db).get(current)
+        session = await SessionRepository(db).state(current)
         assert session is not None
         reads = await subject.read_context(db, session)
     # Nothing is searched in the caller's transaction; the passages come after it.
