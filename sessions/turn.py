@@ -58,6 +58,7 @@ from sessions.turn_values import (
     new_outbound_id,
 )
 from storage.database import Database
+from storage.driver_rows import pipelined
 from storage.models import InboundStatus
 from storage.models import ToolConfirmation as ToolConfirmationRow
 from storage.repositories.outbox import OutboxRepository, QueuedReply
@@ -196,46 +197,52 @@ class TurnService:
         ]
         now = self.clock()
         async with self.database.session() as db:
-            first_seq = await store_turn_messages(
-                db,
-                session_id,
-                to_store,
-                at=now,
-                usage=TurnUsage(outcome.input_tokens, outcome.output_tokens, outcome.context_tokens)
-                if outcome
-                else None,
-            )
+            # The ORM's writes first (a tool turn's): the block below is driver statements
+            # sent without waiting for each other, three round trips in all with the commit.
             await self.calls.record(db, session_id, arrival.user_id, confirmed, outcome, now=now)
-            await SessionRepository(db).record_channel(
-                session_id,
-                arrival.channel_type,
-                arrival.channel_id,
-                "" if route.thread_taken else arrival.thread_id,
-                at=now,
-            )
-            outbound = await self._enqueue(
-                db,
-                turn,
-                reply_text,
-                outbound_id=reply_id,
-                session_id=session_id,
-                kind="reply" if outcome else "notice",
-                at=now,
-                live=live,
-            )
-            if not await finish_inbound_event(
-                db,
-                turn.event_id,
-                InboundStatus.DONE if outcome else InboundStatus.FAILED,
-                at=now,
-                user_id=arrival.user_id,
-                session_id=session_id,
-                seq=first_seq,
-                error=failure,
-            ):
-                raise TurnSupersededError(
-                    "the event was answered elsewhere", key=str(turn.event_id)
+            async with pipelined(db):
+                first_seq = await store_turn_messages(
+                    db,
+                    session_id,
+                    to_store,
+                    at=now,
+                    usage=TurnUsage(
+                        outcome.input_tokens, outcome.output_tokens, outcome.context_tokens
+                    )
+                    if outcome
+                    else None,
                 )
+                await SessionRepository(db).record_channel(
+                    session_id,
+                    arrival.channel_type,
+                    arrival.channel_id,
+                    "" if route.thread_taken else arrival.thread_id,
+                    at=now,
+                )
+                finished = await finish_inbound_event(
+                    db,
+                    turn.event_id,
+                    InboundStatus.DONE if outcome else InboundStatus.FAILED,
+                    at=now,
+                    user_id=arrival.user_id,
+                    session_id=session_id,
+                    seq=first_seq,
+                    error=failure,
+                )
+                outbound = await self._enqueue(
+                    db,
+                    turn,
+                    reply_text,
+                    outbound_id=reply_id,
+                    session_id=session_id,
+                    kind="reply" if outcome else "notice",
+                    at=now,
+                    live=live,
+                )
+                if not await finished.rows():
+                    raise TurnSupersededError(
+                        "the event was answered elsewhere", key=str(turn.event_id)
+                    )
         last_seq = first_seq + len(to_store) - 1
         # Nothing waits for a yes after this turn when none waited (or it answered the one
         # that did) and it asked none.

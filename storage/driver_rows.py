@@ -30,7 +30,9 @@ import functools
 import json
 import re
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -107,15 +109,18 @@ def utc(value: datetime | str) -> datetime:
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
-async def rows(
-    session: AsyncSession, sql: str, params: Mapping[str, Any], *, timestamps: Sequence[int] = ()
-) -> list[tuple[Any, ...]]:
-    """Run `sql` on the session's connection; its rows as tuples, the columns at the
-    positions `timestamps` aware in UTC."""
+# The pipeline of the block `pipelined` runs, with the driver connection it belongs to.
+_PIPELINE: ContextVar[tuple[Any, psycopg.AsyncPipeline] | None] = ContextVar(
+    "driver_rows_pipeline", default=None
+)
+
+
+async def _driver(session: AsyncSession) -> tuple[Any, bool]:
+    """The session's driver connection (its pending ORM changes flushed first, as
+    SQLAlchemy's autoflush does before its own statements: this one may read them, or be
+    overwritten by them), and whether it is SQLite's."""
     try:
         if session.new or session.dirty or session.deleted:
-            # What the session's objects changed goes first, as SQLAlchemy's autoflush does
-            # before its own statements: this one may read it, or be overwritten by it.
             await session.flush()
         connection = await session.connection()
         raw = (await connection.get_raw_connection()).driver_connection
@@ -123,8 +128,114 @@ async def rows(
         raise StorageError(f"database error: {exc.__class__.__name__}") from exc
     if raw is None:
         raise StorageError("database error: the connection is closed")
+    return raw, connection.dialect.name == "sqlite"
+
+
+def _driver_error(exc: psycopg.Error | sqlite3.Error) -> StorageError:
+    lines = str(exc).strip().splitlines()
+    return StorageError(f"database error: {lines[0] if lines else type(exc).__name__}")
+
+
+def _converted(found: Sequence[Any], timestamps: Sequence[int]) -> list[tuple[Any, ...]]:
+    if not timestamps:
+        return [tuple(row) for row in found]
+    converted: list[tuple[Any, ...]] = []
+    for row in found:
+        values = list(row)
+        for position in timestamps:
+            if values[position] is not None:
+                values[position] = utc(values[position])
+        converted.append(tuple(values))
+    return converted
+
+
+@asynccontextmanager
+async def pipelined(session: AsyncSession) -> AsyncIterator[None]:
+    """A block whose statements through `send` and `rows` reach PostgreSQL without waiting
+    for each other's answers (psycopg's pipeline mode): `send` queues its statement, and
+    `rows` (or `Sent.rows`) sends what is queued and waits once for all of it. A turn's
+    writes thus cost two or three round trips instead of one each. On SQLite (a call into
+    the connection's thread, no network) the block changes nothing.
+
+    Only driver statements inside: the ORM reads its results one statement at a time.
+    An error of a queued statement surfaces at the next wait (as `StorageError`), and the
+    statements after it in the transaction do not run."""
+    raw, sqlite = await _driver(session)
+    if sqlite:
+        yield
+        return
     try:
-        if connection.dialect.name == "sqlite":
+        async with raw.pipeline() as pipeline:
+            token = _PIPELINE.set((raw, pipeline))
+            try:
+                yield
+            finally:
+                _PIPELINE.reset(token)
+    except psycopg.Error as exc:
+        raise _driver_error(exc) from exc
+
+
+def _pipeline_of(raw: Any) -> psycopg.AsyncPipeline | None:
+    active = _PIPELINE.get()
+    return active[1] if active is not None and active[0] is raw else None
+
+
+@dataclass(slots=True)
+class Sent:
+    """A statement `send` ran; its rows (if it returns any) through `rows`."""
+
+    _cursor: psycopg.AsyncCursor[Any] | None
+    _pipeline: psycopg.AsyncPipeline | None
+    _found: list[tuple[Any, ...]]
+    _timestamps: Sequence[int]
+
+    async def rows(self) -> list[tuple[Any, ...]]:
+        """Its rows, the columns at the positions `timestamps` aware in UTC (in a pipeline,
+        after sending what is queued and waiting for it, unless that was done already)."""
+        if self._cursor is None:
+            return self._found
+        try:
+            if self._cursor.pgresult is None and self._pipeline is not None:
+                await self._pipeline.sync()
+            found = await self._cursor.fetchall() if self._cursor.description is not None else []
+        except psycopg.Error as exc:
+            raise _driver_error(exc) from exc
+        return _converted(found, self._timestamps)
+
+
+async def send(
+    session: AsyncSession, sql: str, params: Mapping[str, Any], *, timestamps: Sequence[int] = ()
+) -> Sent:
+    """Run `sql` on the session's connection as `rows` does; in a `pipelined` block, without
+    waiting for its answer."""
+    raw, sqlite = await _driver(session)
+    pipeline = None if sqlite else _pipeline_of(raw)
+    if pipeline is None:
+        return Sent(None, None, await _execute(raw, sqlite, sql, params, timestamps), timestamps)
+    cursor = raw.cursor()
+    try:
+        await cursor.execute(_psycopg_sql(sql), {k: _psycopg_value(v) for k, v in params.items()})
+    except psycopg.Error as exc:
+        raise _driver_error(exc) from exc
+    return Sent(cursor, pipeline, [], timestamps)
+
+
+async def rows(
+    session: AsyncSession, sql: str, params: Mapping[str, Any], *, timestamps: Sequence[int] = ()
+) -> list[tuple[Any, ...]]:
+    """Run `sql` on the session's connection; its rows as tuples, the columns at the
+    positions `timestamps` aware in UTC."""
+    raw, sqlite = await _driver(session)
+    if not sqlite and _pipeline_of(raw) is not None:
+        return await (await send(session, sql, params, timestamps=timestamps)).rows()
+    return await _execute(raw, sqlite, sql, params, timestamps)
+
+
+async def _execute(
+    raw: Any, sqlite: bool, sql: str, params: Mapping[str, Any], timestamps: Sequence[int]
+) -> list[tuple[Any, ...]]:
+    try:
+        if sqlite:
             # One hop to the connection's thread, not three (execute, fetch, close).
             found = await raw.execute_fetchall(
                 sql, {k: _sqlite_value(v) for k, v in params.items()}
@@ -136,15 +247,5 @@ async def rows(
                 )
                 found = await cursor.fetchall() if cursor.description is not None else []
     except (psycopg.Error, sqlite3.Error) as exc:
-        lines = str(exc).strip().splitlines()
-        raise StorageError(f"database error: {lines[0] if lines else type(exc).__name__}") from exc
-    if not timestamps:
-        return [tuple(row) for row in found]
-    converted: list[tuple[Any, ...]] = []
-    for row in found:
-        values = list(row)
-        for position in timestamps:
-            if values[position] is not None:
-                values[position] = utc(values[position])
-        converted.append(tuple(values))
-    return converted
+        raise _driver_error(exc) from exc
+    return _converted(found, timestamps)

@@ -117,7 +117,7 @@ async def write_turn_vectors(
     if embedder is None or not indexed:
         return 0
     vectors = embedder.embed([content for _, content in indexed])
-    await driver_rows.rows(
+    await driver_rows.send(
         db,
         _insert_turn(len(indexed), db.get_bind().dialect.name),
         {

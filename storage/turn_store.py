@@ -7,7 +7,9 @@ context use, last activity), one multi-row `INSERT` stores the messages (one mor
 vectors), and one `UPDATE` finishes the inbound event. They run through the driver itself
 (`storage.driver_rows`), in the caller's transaction: the ORM's unit of work (one flush per
 row, objects tracked for nothing) was once most of a turn's CPU, and SQLAlchemy's per-statement
-work was still about half of what is left of it.
+work was still about half of what is left of it. Only the counters' statement is waited for
+(its sequence numbers go into the rest): in a `driver_rows.pipelined` block the others go out
+with the caller's next statement that is waited for.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ async def store_turn_messages(
     if not found:
         raise StorageError("the session does not exist", key=session_id)
     first_seq = int(found[0][0]) - len(messages) + 1
-    await driver_rows.rows(
+    await driver_rows.send(
         db,
         _insert_messages(len(messages)),
         driver_rows.numbered(
@@ -156,10 +158,11 @@ async def finish_inbound_event(
     session_id: str | None = None,
     seq: int | None = None,
     error: str | None = None,
-) -> bool:
-    """Mark a pending event finished (with where its message went); False when it was not
-    pending any more, which must roll the caller's transaction back: someone else answered."""
-    found = await driver_rows.rows(
+) -> driver_rows.Sent:
+    """Mark a pending event finished (with where its message went); in a `pipelined` block
+    without waiting. Its rows are none when the event was not pending any more, which must
+    roll the caller's transaction back: someone else answered."""
+    return await driver_rows.send(
         db,
         _FINISH,
         {
@@ -172,4 +175,3 @@ async def finish_inbound_event(
             "event_id": event_id,
         },
     )
-    return bool(found)

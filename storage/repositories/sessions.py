@@ -239,8 +239,9 @@ class SessionRepository:
         self, session_id: str, channel_type: str, channel_id: str, thread_id: str, *, at: datetime
     ) -> None:
         """Note that a message of the session came through this channel/thread (every turn
-        does: through the driver, as the turn's other writes, `storage.turn_store`)."""
-        await driver_rows.rows(
+        does: through the driver, as the turn's other writes, `storage.turn_store`; in a
+        `driver_rows.pipelined` block without waiting)."""
+        await driver_rows.send(
             self.session,
             _RECORD_CHANNEL,
             {

@@ -15,7 +15,9 @@ from storage.driver_rows import (
     _psycopg_sql,
     json_value,
     numbered,
+    pipelined,
     rows,
+    send,
     values_list,
 )
 from storage.models import InboundEvent, Organization
@@ -103,6 +105,58 @@ async def test_a_database_error_is_a_storage_error_and_the_session_goes_on(
     # The connection went back to the pool in a usable state.
     async with database.reading() as db:
         assert await rows(db, "SELECT :one", {"one": 1}) == [(1,)]
+
+
+INSERT_ORGANIZATION = (
+    "INSERT INTO organizations (id, name, context, created_at) VALUES (:id, :id, '', :at)"
+)
+
+
+async def test_pipelined_statements_see_each_other_and_their_rows_come_later(
+    database: Database,
+) -> None:
+    at = datetime(2026, 3, 4, tzinfo=UTC)
+    async with database.session() as db, pipelined(db):
+        first = await send(
+            db,
+            INSERT_ORGANIZATION + " RETURNING id, created_at",
+            {"id": "o1", "at": at},
+            timestamps=(1,),
+        )
+        second = await send(db, INSERT_ORGANIZATION, {"id": "o2", "at": at})
+        # Waited for: it sends what is queued, and sees it.
+        assert await rows(db, "SELECT count(*) FROM organizations", {}) == [(2,)]
+        assert await first.rows() == [("o1", at)]
+        assert await second.rows() == []
+    async with database.reading() as db:
+        assert await rows(db, "SELECT id FROM organizations ORDER BY id", {}) == [
+            ("o1",),
+            ("o2",),
+        ]
+
+
+async def test_a_queued_statements_error_comes_at_the_next_wait_and_nothing_is_kept(
+    database: Database,
+) -> None:
+    at = datetime(2026, 3, 4, tzinfo=UTC)
+    async with database.session() as db:
+        await send(db, INSERT_ORGANIZATION, {"id": "o1", "at": at})
+    reached = []
+
+    async def write_o2_and_o1_again() -> None:
+        async with database.session() as db, pipelined(db):
+            await send(db, INSERT_ORGANIZATION, {"id": "o2", "at": at})
+            await send(db, INSERT_ORGANIZATION, {"id": "o1", "at": at})
+            # PostgreSQL: queued, not answered yet; its error comes with the next wait. SQLite
+            # has no pipeline: each statement runs as it is sent.
+            reached.append("queued")
+            await rows(db, "SELECT 1", {})
+
+    with pytest.raises(StorageError, match="database error"):
+        await write_o2_and_o1_again()
+    assert reached == ([] if database.is_sqlite else ["queued"])
+    async with database.reading() as db:
+        assert await rows(db, "SELECT id FROM organizations", {}) == [("o1",)]
 
 
 async def test_a_naive_time_is_refused(database: Database) -> None:
