@@ -114,7 +114,13 @@ def configure_logging(log_format: LogFormat = "json", level: str = "info") -> No
         renderer = structlog.processors.JSONRenderer()
 
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        # A line below the level is dropped first: not time-stamped, redacted and rendered
+        # for the standard library to drop (a turn logs a few lines at info).
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,

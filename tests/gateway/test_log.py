@@ -92,3 +92,26 @@ def test_standard_library_records_get_the_same_format_and_redaction(
     (event,) = lines(capsys.readouterr().err)
     assert event["logger"] == "botocore"
     assert event["event"] == f"retrying with {REDACTED}"
+
+
+def test_a_line_below_the_level_is_dropped_before_it_is_processed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    processed: list[str] = []
+
+    def counting_redaction(logger: object, method: str, event: dict[str, object]) -> object:
+        processed.append(str(event["event"]))
+        return event
+
+    monkeypatch.setattr("gateway.log.redact_secrets", counting_redaction)
+    configure_logging("json", "warning")
+    log = get_logger("test.levels")
+    log.info("turn.started")
+    log.debug("turn.detail")
+    log.warning("turn.slow")
+    log.error("turn.failed")
+    assert processed == ["turn.slow", "turn.failed"]
+    assert [line["event"] for line in lines(capsys.readouterr().err)] == [
+        "turn.slow",
+        "turn.failed",
+    ]
