@@ -128,7 +128,7 @@ MONTH_QUERIES = [
 ]
 
 
-def test_a_query_without_a_month_is_read_as_by_every_pattern() -> None:
+def test_dates_named_finds_what_every_pattern_finds() -> None:
     """`dates_named` tries the month patterns only where a month's name starts: it finds
     what all the patterns find, in questions with and without months (and LoCoMo's
     questions when `../shared` has them)."""
