@@ -12,15 +12,6 @@ from sessions.recall_dates import DateSpan, asks_when, dates_named, named_by, sa
 
 TODAY = date(2026, 11, 27)
 LOCOMO = Path(__file__).resolve().parents[2] / ".." / "shared" / "bench-data" / "locomo"
-LOCOMO_QUESTIONS = (
-    [
-        qa["question"]
-        for sample in json.loads((LOCOMO / "locomo_dev.json").read_text())
-        for qa in sample["qa"]
-    ]
-    if (LOCOMO / "locomo_dev.json").is_file()
-    else []
-)
 
 
 def days(start: str, end: str) -> DateSpan:
@@ -132,7 +123,10 @@ def test_dates_named_finds_what_every_pattern_finds() -> None:
     """`dates_named` tries the month patterns only where a month's name starts: it finds
     what all the patterns find, in questions with and without months (and LoCoMo's
     questions when `../shared` has them)."""
-    queries = [query for query, _ in QUERIES] + MONTH_QUERIES + LOCOMO_QUESTIONS
+    queries = [query for query, _ in QUERIES] + MONTH_QUERIES
+    if (LOCOMO / "locomo_dev.json").is_file():
+        samples = json.loads((LOCOMO / "locomo_dev.json").read_text(encoding="utf-8"))
+        queries += [qa["question"] for sample in samples for qa in sample["qa"]]
     for query in queries:
         assert dates_named(query, TODAY) == named_by(query, TODAY), query
     assert any(named_by(query, TODAY) for query in MONTH_QUERIES)
