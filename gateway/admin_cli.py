@@ -105,7 +105,10 @@ def _with_admin(args: argparse.Namespace, work: Callable[[Any], Awaitable[T]]) -
         database = Database(config.storage.database_url, pool_size=2)
         try:
             transcripts = await asyncio.to_thread(open_transcript_store, config.storage.transcripts)
-            return await work(Administration(database, transcripts, utcnow))
+            try:
+                return await work(Administration(database, transcripts, utcnow))
+            finally:
+                await transcripts.close()
         finally:
             await database.dispose()
 

@@ -94,7 +94,10 @@ async def check_database(config: GatewayConfig) -> str:
 async def check_transcripts(config: GatewayConfig) -> str:
     """The store answers and accepts a write (`TranscriptStore.check`)."""
     store = await asyncio.to_thread(open_transcript_store, config.storage.transcripts)
-    await store.check()
+    try:
+        await store.check()
+    finally:
+        await store.close()
     settings = config.storage.transcripts
     return f"s3://{settings.s3.bucket}" if settings.backend == "s3" else str(settings.local_path)
 

@@ -213,9 +213,13 @@ class GatewayRuntime:
                 await database.upgrade()
                 log.info("storage.migrated", revision=await database.current_revision())
             transcripts = await asyncio.to_thread(open_transcript_store, config.storage.transcripts)
-            await transcripts.check()
-            if role != "turns":
-                await sync_identities(database, config)
+            try:
+                await transcripts.check()
+                if role != "turns":
+                    await sync_identities(database, config)
+            except BaseException:
+                await transcripts.close()
+                raise
         except BaseException:
             await database.dispose()
             raise
@@ -424,5 +428,6 @@ class GatewayRuntime:
         await self.engine.llm.close()
         if self.service.files is not None:
             self.service.files.reader.close()
+        await self.transcripts.close()
         await self.database.dispose()
         log.info("gateway.stopped")

@@ -199,6 +199,9 @@ class LocalTranscriptStore:
         """Create the folder if needed and prove a file can be written and removed there."""
         await asyncio.to_thread(self._check_sync)
 
+    async def close(self) -> None:
+        """Nothing to release: every call opens and closes its own files."""
+
     def _check_sync(self) -> None:
         try:
             self._root.mkdir(parents=True, exist_ok=True)

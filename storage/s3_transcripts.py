@@ -6,9 +6,12 @@ Every botocore error becomes a `StorageError` naming the key and the cause.
 
 S3 has no append, so a transcript is append-only segments (see `storage.transcripts`):
 `append_lines` is one unconditional PUT of a new object `transcript/{first_seq:010d}.jsonl`, no
-GET, and costs the same for the 10,000th message of a session as for the 10th. The key comes
-from the database's sequence number, unique in the session, so the only second write of a key
-is a retry of the same batch (botocore resending a PUT whose answer was lost, or the gateway
+GET, and costs the same for the 10,000th message of a session as for the 10th. That PUT runs
+after every turn, so it goes through `storage.s3_put` (botocore's signer, aiohttp on the event
+loop, no worker thread) rather than boto3's pipeline; a segment that path is refused is sent
+again through boto3, and when boto3 then succeeds the store keeps to boto3 from then on. The
+key comes from the database's sequence number, unique in the session, so the only second write
+of a key is a retry of the same batch (a PUT sent again because its answer was lost, or the gateway
 appending a turn again); it carries the same lines, so overwriting is harmless, and it needs
 neither `If-None-Match` (whose retry would come back 412 and need interpreting) nor a server
 that supports conditional writes. `read_transcript` lists the session's transcript objects and
@@ -27,7 +30,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import aiohttp
 import boto3
+import structlog
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -38,6 +43,7 @@ from botocore.exceptions import (
 )
 
 from errors import ArchiveExistsError, StorageError
+from storage.s3_put import SSE_HEADERS, GaveUp, Refusal, SignedPut
 from storage.transcripts import (
     INCOMING_PREFIX,
     SessionRef,
@@ -56,6 +62,10 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 T = TypeVar("T")
+
+log = structlog.stdlib.get_logger(__name__)
+
+SEGMENT_CONTENT_TYPE = "application/x-ndjson"
 
 _SSE_MODES = frozenset({"AES256", "aws:kms", "aws:kms:dsse"})
 _MISSING_KEY_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
@@ -114,6 +124,7 @@ class S3TranscriptStore:
         conflict_attempts: int = 10,
         read_concurrency: int = _DEFAULT_READ_CONCURRENCY,
         boto_session: boto3.session.Session | None = None,
+        http_trace_configs: Sequence[aiohttp.TraceConfig] = (),
     ) -> None:
         """Create the (thread-safe) boto3 client once; credentials come from the usual chain.
 
@@ -123,6 +134,7 @@ class S3TranscriptStore:
         `read_concurrency` bounds the GETs of one `read_transcript` in flight at once.
         `boto_session` lets several stores share one session (and its loaded service models);
         by default each store makes its own.
+        `http_trace_configs` are aiohttp's request hooks on the segments' PUTs (metering).
         """
         if not bucket:
             raise StorageError("S3 bucket name is empty")
@@ -141,19 +153,29 @@ class S3TranscriptStore:
                 self._sse["SSEKMSKeyId"] = kms_key_id
         self._conflict_attempts = max(1, conflict_attempts)
         self._read_concurrency = max(1, read_concurrency)
+        self._timeouts = (connect_timeout, read_timeout, max(1, max_attempts))
         config = Config(
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             retries={"total_max_attempts": max(1, max_attempts), "mode": "standard"},
         )
         # Not boto3's global default session: sessions are not safe to share across threads.
-        session = boto_session or boto3.session.Session()
-        self._client: S3Client = session.client(
+        self._session = boto_session or boto3.session.Session()
+        self._client: S3Client = self._session.client(
             "s3", region_name=region, endpoint_url=endpoint_url, config=config
         )
+        # The segments' PUT path (`storage.s3_put`): opened on the first append, in a worker
+        # thread (finding the credentials may ask the network); off for good once boto3 has
+        # succeeded where it was refused.
+        self._signed_put: SignedPut | None = None
+        self._signed_put_off = False
+        self._signed_put_opening = asyncio.Lock()
+        self._http_trace_configs = tuple(http_trace_configs)
 
-    def close(self) -> None:
-        """Close the client's connection pool."""
+    async def close(self) -> None:
+        """Close the connection pools."""
+        if self._signed_put is not None:
+            await self._signed_put.close()
         self._client.close()
 
     def _object_key(self, key: str) -> str:
@@ -178,9 +200,58 @@ class S3TranscriptStore:
         key = transcript_segment_key(ref, first_seq)
         if not lines:
             return
-        params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._object_key(key), **self._sse}
-        params.update(Body=encode_lines(lines), ContentType="application/x-ndjson")
+        object_key, body = self._object_key(key), encode_lines(lines)
+        refusal: Refusal | None = None
+        signed_put = await self._open_signed_put()
+        if signed_put is not None:
+            answer = await signed_put.put(object_key, body, SEGMENT_CONTENT_TYPE)
+            if answer is None:
+                return
+            if isinstance(answer, GaveUp):
+                raise StorageError(f"S3 put_object failed: {answer.cause}", key=key)
+            refusal = answer
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": object_key, **self._sse}
+        params.update(Body=body, ContentType=SEGMENT_CONTENT_TYPE)
         await self._run("put_object", key, functools.partial(self._client.put_object, **params))
+        if refusal is not None and not self._signed_put_off:
+            # boto3 managed what the signed PUT was refused: this deployment needs boto3.
+            self._signed_put_off = True
+            log.warning(
+                "transcripts.signed_put_off",
+                status=refusal.status,
+                code=refusal.code,
+                detail=refusal.message,
+            )
+
+    async def _open_signed_put(self) -> SignedPut | None:
+        """The segments' PUT path, opened once; None when it is off (boto3 then PUTs)."""
+        if self._signed_put is None and not self._signed_put_off:
+            async with self._signed_put_opening:
+                if self._signed_put is None and not self._signed_put_off:
+                    self._signed_put = await asyncio.to_thread(self._new_signed_put)
+                    self._signed_put_off = self._signed_put is None
+        return None if self._signed_put_off else self._signed_put
+
+    def _new_signed_put(self) -> SignedPut | None:
+        credentials = self._session.get_credentials()
+        if credentials is None:
+            return None  # boto3's own PUT says so, in its words
+        connect_timeout, read_timeout, max_attempts = self._timeouts
+        headers = {SSE_HEADERS[name]: value for name, value in self._sse.items()}
+        try:
+            return SignedPut(
+                self._client,
+                self.bucket,
+                credentials,
+                headers=headers,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                max_attempts=max_attempts,
+                trace_configs=self._http_trace_configs,
+            )
+        except (ValueError, BotoCoreError) as exc:
+            log.warning("transcripts.signed_put_off", detail=str(exc))
+            return None
 
     async def read_transcript(self, ref: SessionRef) -> bytes:
         """List the transcript's objects, GET them concurrently (bounded), join them in order."""

@@ -312,3 +312,7 @@ class TranscriptStore(Protocol):
     async def check(self) -> None:
         """Prove the store is usable (start-up, readiness) or raise a clear `StorageError`."""
         ...
+
+    async def close(self) -> None:
+        """Release the store's connections; the store is not used afterwards."""
+        ...

@@ -3,7 +3,7 @@ HTTP, from tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,7 +12,9 @@ from storage.s3_transcripts import S3TranscriptStore
 
 
 @pytest.fixture
-def s3_store(s3_endpoint: str, boto_session: Any, bucket: str) -> Iterator[S3TranscriptStore]:
+async def s3_store(
+    s3_endpoint: str, boto_session: Any, bucket: str
+) -> AsyncIterator[S3TranscriptStore]:
     store = S3TranscriptStore(bucket, endpoint_url=s3_endpoint, boto_session=boto_session)
     yield store
-    store.close()
+    await store.close()

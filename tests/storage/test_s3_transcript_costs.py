@@ -9,8 +9,10 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 from errors import StorageError
@@ -26,32 +28,66 @@ from storage.transcripts import (
 from tests.storage.transcript_samples import REF, line, segment, turn
 
 
-def meter(store: S3TranscriptStore) -> Counter[str]:
-    """Count what the store's client sends from now on: requests by operation (retries
-    included) and the bytes of the request bodies (`bytes_sent`)."""
-    sent: Counter[str] = Counter()
+class S3Meter:
+    """Counts what its stores send from `start()` on: requests by operation (retries
+    included) and the bytes of the request bodies (`bytes_sent`), on both of a store's paths:
+    boto3's (its `before-send` event) and the segments' signed PUT (aiohttp's trace hooks)."""
 
-    def count(request: Any, event_name: str, **_: Any) -> None:
-        sent[event_name.rsplit(".", 1)[-1]] += 1
-        sent["bytes_sent"] += int(request.headers.get("Content-Length", 0))
+    def __init__(self) -> None:
+        self._counters: list[Counter[str]] = []
+        self.trace = aiohttp.TraceConfig()
+        self.trace.on_request_start.append(self._http_request)
+        self.trace.on_request_chunk_sent.append(self._http_chunk)
 
-    store._client.meta.events.register("before-send.s3", count)
-    return sent
+    def store(self, s3_endpoint: str, boto_session: Any, bucket: str) -> S3TranscriptStore:
+        """A store on `bucket` whose requests this meter counts."""
+        store = S3TranscriptStore(
+            bucket,
+            endpoint_url=s3_endpoint,
+            boto_session=boto_session,
+            http_trace_configs=[self.trace],
+        )
+        store._client.meta.events.register("before-send.s3", self._boto_request)
+        return store
+
+    def start(self) -> Counter[str]:
+        """A counter of what is sent from now on."""
+        self._counters.append(Counter())
+        return self._counters[-1]
+
+    def _count(self, name: str, amount: int) -> None:
+        for counter in self._counters:
+            counter[name] += amount
+
+    def _boto_request(self, request: Any, event_name: str, **_: Any) -> None:
+        self._count(event_name.rsplit(".", 1)[-1], 1)
+        self._count("bytes_sent", int(request.headers.get("Content-Length", 0)))
+
+    async def _http_request(self, _session: Any, _context: Any, params: Any) -> None:
+        assert params.method == "PUT"  # the signed path sends segments and nothing else
+        self._count("PutObject", 1)
+
+    async def _http_chunk(self, _session: Any, _context: Any, params: Any) -> None:
+        self._count("bytes_sent", len(params.chunk))
 
 
-def s3_stores(s3_endpoint: str, boto_session: Any, bucket: str, n: int) -> list[S3TranscriptStore]:
-    """`n` stores on one bucket, like `n` gateway processes: no lock or memory in common."""
-    return [
-        S3TranscriptStore(bucket, endpoint_url=s3_endpoint, boto_session=boto_session)
-        for _ in range(n)
-    ]
+@pytest.fixture
+async def metered(
+    s3_endpoint: str, boto_session: Any, bucket: str
+) -> AsyncIterator[tuple[S3TranscriptStore, S3Meter]]:
+    """A store on the test bucket and the meter that counts its requests."""
+    meter = S3Meter()
+    store = meter.store(s3_endpoint, boto_session, bucket)
+    yield store, meter
+    await store.close()
 
 
 async def test_s3_an_append_is_one_put_of_the_new_lines_and_no_get(
-    s3_store: S3TranscriptStore,
+    metered: tuple[S3TranscriptStore, S3Meter],
 ) -> None:
+    s3_store, meter = metered
     await s3_store.append_lines(REF, [line(1)], first_seq=1)
-    sent = meter(s3_store)
+    sent = meter.start()
 
     await s3_store.append_lines(REF, [line(2)], first_seq=2)
     await s3_store.append_lines(REF, [line(3), line(4)], first_seq=3)
@@ -65,8 +101,9 @@ async def test_s3_an_append_is_one_put_of_the_new_lines_and_no_get(
 
 
 async def test_s3_the_10000th_append_costs_what_the_10th_did(
-    s3_store: S3TranscriptStore, s3_client: Any, bucket: str
+    metered: tuple[S3TranscriptStore, S3Meter], s3_client: Any, bucket: str
 ) -> None:
+    s3_store, meter = metered
     short, long = SessionRef("acme", "alice", "short"), SessionRef("acme", "alice", "long")
     for first_seq in range(1, 9, 2):
         await s3_store.append_lines(short, turn(first_seq), first_seq=first_seq)
@@ -76,7 +113,7 @@ async def test_s3_the_10000th_append_costs_what_the_10th_did(
     for first_seq in range(9_991, 9_999, 2):
         await s3_store.append_lines(long, turn(first_seq), first_seq=first_seq)
 
-    sent = meter(s3_store)
+    sent = meter.start()
     costs = []
     for ref, first_seq in [(short, 9), (long, 9_999)]:
         before = sent.copy()
@@ -89,30 +126,15 @@ async def test_s3_the_10000th_append_costs_what_the_10th_did(
     assert lines[-2:] == turn(9_999)
 
 
-async def test_s3_a_put_resent_after_its_answer_was_lost_leaves_one_copy(
-    s3_store: S3TranscriptStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # What botocore does when a PUT's answer is lost: it sends the same request again.
-    real_put = s3_store._client.put_object
-
-    def put_twice(**params: Any) -> Any:
-        real_put(**params)
-        return real_put(**params)
-
-    monkeypatch.setattr(s3_store._client, "put_object", put_twice)
-    await s3_store.append_lines(REF, [line(1)], first_seq=1)
-    await s3_store.append_lines(REF, [line(2), line(3)], first_seq=2)
-
-    assert parse_transcript(await s3_store.read_transcript(REF)) == [line(1), line(2), line(3)]
-
-
 async def test_s3_two_processes_appending_in_turn_write_every_line_once_in_order(
     s3_endpoint: str, boto_session: Any, bucket: str
 ) -> None:
     # Turns of one session answered by two gateway processes: neither reads the other's
     # writes, and neither has to.
-    stores = s3_stores(s3_endpoint, boto_session, bucket, 2)
-    sent = [meter(store) for store in stores]
+    # `n` stores on one bucket, like `n` gateway processes: no lock or memory in common.
+    meters = [S3Meter(), S3Meter()]
+    stores = [meter.store(s3_endpoint, boto_session, bucket) for meter in meters]
+    sent = [meter.start() for meter in meters]
     for i in range(1, 9):
         await stores[i % 2].append_lines(REF, [line(i)], first_seq=i)
 
@@ -120,13 +142,13 @@ async def test_s3_two_processes_appending_in_turn_write_every_line_once_in_order
     assert sent[1]["PutObject"] == 4
     assert "GetObject" not in sent[1]
     for store in stores:
-        store.close()
+        await store.close()
 
 
 async def test_s3_appends_from_two_processes_at_once_lose_no_line(
     s3_endpoint: str, boto_session: Any, bucket: str
 ) -> None:
-    stores = s3_stores(s3_endpoint, boto_session, bucket, 2)
+    stores = [S3Meter().store(s3_endpoint, boto_session, bucket) for _ in range(2)]
     await asyncio.gather(
         *(stores[i % 2].append_lines(REF, [line(i)], first_seq=i) for i in range(1, 11))
     )
@@ -135,18 +157,19 @@ async def test_s3_appends_from_two_processes_at_once_lose_no_line(
 
     assert lines == [line(i) for i in range(1, 11)]
     for store in stores:
-        store.close()
+        await store.close()
 
 
 async def test_s3_reading_a_transcript_lists_once_and_gets_only_its_objects(
-    s3_store: S3TranscriptStore, s3_client: Any, bucket: str
+    metered: tuple[S3TranscriptStore, S3Meter], s3_client: Any, bucket: str
 ) -> None:
+    s3_store, meter = metered
     s3_client.put_object(Bucket=bucket, Key=legacy_transcript_key(REF), Body=encode_lines(turn(1)))
     for first_seq in [3, 5, 7]:
         await s3_store.append_lines(REF, turn(first_seq), first_seq=first_seq)
     await s3_store.write_archive(pre_compact_archive_key(REF, 1), encode_lines(turn(1)))
     await s3_store.write_archive(compaction_key(REF, 1), b"{}")
-    sent = meter(s3_store)
+    sent = meter.start()
 
     lines = parse_transcript(await s3_store.read_transcript(REF))
 
@@ -184,7 +207,7 @@ async def test_s3_a_transcript_is_read_with_bounded_concurrency(
 
     assert lines == [line(i) for i in range(1, 13)]
     assert most == 3
-    store.close()
+    await store.close()
 
 
 async def test_s3_a_segment_missing_between_listing_and_reading_is_an_error(

@@ -28,7 +28,7 @@ async def test_s3_check_names_a_missing_bucket(s3_endpoint: str, boto_session: A
     )
     with pytest.raises(StorageError, match="S3 bucket 'no-such-bucket-here' does not exist"):
         await store.check()
-    store.close()
+    await store.close()
 
 
 def _closed_port() -> int:
@@ -47,7 +47,7 @@ async def test_s3_check_fails_fast_when_the_endpoint_is_unreachable(boto_session
     with pytest.raises(StorageError, match=f"cannot reach S3 endpoint {endpoint}"):
         await store.check()
     assert loop.time() - started < 3
-    store.close()
+    await store.close()
 
 
 async def test_s3_errors_carry_the_key_and_the_cause(s3_endpoint: str, boto_session: Any) -> None:
@@ -63,7 +63,7 @@ async def test_s3_errors_carry_the_key_and_the_cause(s3_endpoint: str, boto_sess
     assert raised.value.key == segment(REF, 1)
     with pytest.raises(StorageError, match="NoSuchBucket"):
         await store.read_transcript(REF)  # a missing bucket is not an empty transcript
-    store.close()
+    await store.close()
 
 
 async def test_s3_objects_are_encrypted_with_the_configured_kms_key(
@@ -79,7 +79,7 @@ async def test_s3_objects_are_encrypted_with_the_configured_kms_key(
     )
     await store.append_lines(REF, [line(1)], first_seq=1)
     await store.write_archive(compaction_key(REF, 1), b"{}")
-    store.close()
+    await store.close()
 
     for key in [segment(REF, 1), compaction_key(REF, 1)]:
         head = s3_client.head_object(Bucket=bucket, Key=key)
@@ -123,7 +123,7 @@ async def test_s3_prefix_is_applied_to_the_real_object_keys(
     assert parse_transcript(await store.read_transcript(REF)) == [line(0), line(1)]
     assert await store.delete_user("acme", "alice") == 3
     assert s3_client.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
-    store.close()
+    await store.close()
 
 
 async def test_s3_delete_handles_more_than_one_batch(

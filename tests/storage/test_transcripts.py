@@ -41,7 +41,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         boto_session=request.getfixturevalue("boto_session"),
     )
     yield s3
-    s3.close()
+    await s3.close()
 
 
 async def test_appended_lines_read_back_in_order(store: TranscriptStore) -> None:
