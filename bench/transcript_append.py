@@ -9,10 +9,10 @@ turn appends the user's message and the answer together), every message `--chars
 of content, and meters every append on its own (appends run one after another):
 
 - S3: moto in server mode, a process of its own on a free loopback port, fake credentials.
-  Every HTTP request botocore sends (retries included) is counted by boto3 event hooks on the
-  store's client: requests by operation, request bytes (header lines and the body's
-  Content-Length) and response bytes (the same), so the request line and TCP framing are not
-  included;
+  Every HTTP request the store sends (retries included) is counted: botocore's by boto3 event
+  hooks on the store's client, the segments' signed PUTs by aiohttp's trace hooks: requests
+  by operation, request bytes (header lines and the body) and response bytes (header lines
+  and Content-Length), so the request line and TCP framing are not included;
 - local: a temporary folder; the process's write and read system calls and bytes from
   `/proc/self/io` (Linux only), all threads included. The fsyncs, renames and directory
   operations are system calls that it does not count; the meter's own reads of
@@ -51,6 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import boto3
 from benchkit import BenchError, progress, run_and_print_json
 from processes import BUCKET, REGION, create_bucket, moto_server, use_fake_aws_credentials
@@ -85,12 +86,17 @@ Metrics = dict[str, float]
 
 
 class RequestMeter:
-    """Counts what an S3 client sends and receives, from boto3's event hooks."""
+    """Counts what an S3 store sends and receives: boto3's requests from its event hooks, the
+    segments' signed PUTs (`storage.s3_put`, aiohttp) from aiohttp's trace hooks (`trace`)."""
 
     def __init__(self) -> None:
         self.operations: Counter[str] = Counter()
         self.request_bytes = 0
         self.response_bytes = 0
+        self.trace = aiohttp.TraceConfig()
+        self.trace.on_request_headers_sent.append(self._http_sent)
+        self.trace.on_request_chunk_sent.append(self._http_chunk)
+        self.trace.on_request_end.append(self._http_received)
 
     def attach(self, boto_session: boto3.session.Session) -> None:
         """Count every request of the S3 clients made from `boto_session` from now on
@@ -109,6 +115,19 @@ class RequestMeter:
         headers = response_dict.get("headers", {})
         self.response_bytes += _header_bytes(headers)
         self.response_bytes += int(headers.get("content-length", 0) or 0)
+
+    async def _http_sent(self, _session: Any, _context: Any, params: Any) -> None:
+        # The signed path sends segments' PUTs and nothing else.
+        self.operations["PutObject" if params.method == "PUT" else params.method] += 1
+        self.request_bytes += _header_bytes(params.headers)
+
+    async def _http_chunk(self, _session: Any, _context: Any, params: Any) -> None:
+        self.request_bytes += len(params.chunk)
+
+    async def _http_received(self, _session: Any, _context: Any, params: Any) -> None:
+        headers = params.response.headers
+        self.response_bytes += _header_bytes(headers)
+        self.response_bytes += int(headers.get("Content-Length", 0) or 0)
 
     def snapshot(self) -> Metrics:
         """The totals so far."""
@@ -254,7 +273,9 @@ async def run_s3(settings: BenchSettings, workdir: Path) -> dict[str, Any]:
         create_bucket(url, boto_session)
         meter = RequestMeter()
         meter.attach(boto_session)
-        store = S3TranscriptStore(BUCKET, endpoint_url=url, boto_session=boto_session)
+        store = S3TranscriptStore(
+            BUCKET, endpoint_url=url, boto_session=boto_session, http_trace_configs=[meter.trace]
+        )
         try:
             progress(f"s3: appending {settings.messages} messages on moto at {url}")
             costs = await append_all(store, settings, meter.snapshot, "s3")
@@ -262,7 +283,7 @@ async def run_s3(settings: BenchSettings, workdir: Path) -> dict[str, Any]:
             read_ms = await read_back(store, settings)
             read_requests = meter.snapshot()["requests"] - before["requests"]
         finally:
-            store.close()
+            await store.close()
     keys = ["requests", "request_bytes", "response_bytes"]
     result = compare(costs, settings, keys)
     result["read_transcript"] = {
