@@ -5,17 +5,17 @@ connection is lost."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 from structlog.testing import capture_logs
 
+from storage import locks as locks_module
 from storage.database import Database
-from storage.locks import LocalTurnLocks, PostgresTurnLocks
-from tests.statements import recorded_statements
+from storage.locks import LocalTurnLocks, LockCall, PostgresTurnLocks
 
 
 @pytest.fixture
@@ -56,9 +56,23 @@ async def terminate_backend(database: Database, pid: int) -> None:
 
 
 @contextmanager
-def lock_statements(database: Database) -> Iterator[list[str]]:
-    """The statements that take or release advisory locks on the database's engine."""
-    with recorded_statements(database, keep=lambda statement: "advisory" in statement) as seen:
+def lock_statements(
+    database: Database, sent: Callable[[], None] = lambda: None
+) -> Iterator[list[str]]:
+    """The statements that take or release advisory locks on the database's engine, each as
+    its calls (`take`, `release`), recorded as it is sent (`sent` is called then). The lock
+    statement goes through the driver, which SQLAlchemy's events do not see."""
+    seen: list[str] = []
+    real_execute = locks_module._execute
+
+    async def recorded(connection: AsyncConnection, calls: list[LockCall]) -> list[bool]:
+        if calls and connection.engine.sync_engine is database.engine.sync_engine:
+            seen.append(" ".join("take" if call.take else "release" for call in calls))
+            sent()
+        return await real_execute(connection, calls)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(locks_module, "_execute", recorded)
         yield seen
 
 
@@ -183,7 +197,7 @@ async def test_holds_that_start_and_end_together_cost_one_statement_each_way(
     assert outcomes == [True] * 100
     # 100 locks and 100 releases: one statement per call before grouping, 200 in all.
     assert taken == 1
-    assert len(statements) == 2
+    assert statements == [" ".join(["take"] * 100), " ".join(["release"] * 100)]
     assert await lock_backend_pids(databases[1]) == []
     await locks.close()
     await other.close()
@@ -208,7 +222,7 @@ async def test_each_holder_in_a_shared_statement_gets_its_own_answer(
         # Bob's and Dave's in one statement (and their releases in one more); Alice is
         # refused in this process without asking the server.
         assert sorted(results) == [("user:alice", False), ("user:bob", False), ("user:dave", True)]
-        assert len(statements) == 2
+        assert statements == ["take take", "release"]
     await one.close()
     await other.close()
 
@@ -219,24 +233,17 @@ async def test_a_lock_taken_for_a_cancelled_holder_is_released(
     one, other = PostgresTurnLocks(databases[0]), PostgresTurnLocks(databases[1])
     in_flight = asyncio.Event()
 
-    def sent(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if "pg_try_advisory_lock" in statement:
-            in_flight.set()
-
     async def hold_forever(key: str) -> None:
         async with one.hold(key):
             await asyncio.Event().wait()
 
-    event.listen(databases[0].engine.sync_engine, "before_cursor_execute", sent)
-    try:
+    with lock_statements(databases[0], sent=in_flight.set):
         cancelled = asyncio.create_task(hold_forever("user:alice"))
         kept = asyncio.create_task(hold_forever("user:bob"))
         await asyncio.wait_for(in_flight.wait(), timeout=10)
         cancelled.cancel()  # while the statement taking its lock (and Bob's) runs
         with pytest.raises(asyncio.CancelledError):
             await cancelled
-    finally:
-        event.remove(databases[0].engine.sync_engine, "before_cursor_execute", sent)
 
     await wait_until_free(other, "user:alice")
     async with other.hold("user:bob") as bob_elsewhere:
