@@ -27,7 +27,7 @@ from gateway.turns import TurnProcessor
 from primitives.single_flight import SingleFlight
 from storage.database import Database
 from storage.locks import TurnLocks
-from storage.repositories.inbox import InboxRepository
+from storage.repositories.inbox import InboxRepository, user_queue
 
 log = get_logger(__name__)
 
@@ -237,8 +237,8 @@ class Dispatcher:
         while not self._stopping:
             # A few at a time: the batch is read under the lock, so it is still in order and
             # nobody else takes from it; each event is re-checked when its turn finishes it.
-            async with self.database.single() as db:
-                rows = await InboxRepository(db).next_pending(keys, limit=DRAIN_BATCH)
+            async with self.database.statement(writes=False) as scope:
+                rows = await user_queue(scope, keys, limit=DRAIN_BATCH)
             events = [QueuedEvent.of(row) for row in rows]
             if not events:
                 return

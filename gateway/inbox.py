@@ -24,7 +24,7 @@ from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
 from storage.group_commit import GroupCommit, refused_for_its_content
-from storage.repositories.inbox import MAX_ACCEPT_BATCH, InboxRepository, NewInboundEvent
+from storage.repositories.inbox import MAX_ACCEPT_BATCH, NewInboundEvent, accept_events
 
 log = get_logger(__name__)
 
@@ -92,8 +92,8 @@ class Inbox:
 
     async def _store(self, events: list[NewInboundEvent]) -> list[int | None]:
         # One multi-row INSERT: committed by itself before anyone is acknowledged.
-        async with self.database.single() as session:
-            event_ids = await InboxRepository(session).accept_many(events)
+        async with self.database.statement(writes=True) as scope:
+            event_ids = await accept_events(scope, events)
         # Committed: counted, logged and handed to the dispatcher here rather than by each
         # caller, so a caller that went away (a closed request) cannot hide its message.
         for event, event_id in zip(events, event_ids, strict=True):

@@ -31,7 +31,7 @@ from gateway.log import get_logger
 from gateway.metrics import GatewayMetrics
 from storage.database import Database
 from storage.group_commit import GroupCommit, refused_for_its_content
-from storage.repositories.outbox import OutboxRepository, QueuedReply
+from storage.repositories.outbox import OutboxRepository, QueuedReply, mark_delivered
 
 log = get_logger(__name__)
 
@@ -185,9 +185,11 @@ class OutboxSender:
         )
 
     async def _mark_delivered(self, marks: list[Delivered]) -> list[None]:
-        async with self.database.single() as db:  # one UPDATE for the whole batch
-            await OutboxRepository(db).mark_delivered_many(
-                {mark.outbound_id: mark.platform_message_id for mark in marks}, at=self.clock()
+        async with self.database.statement(writes=True) as scope:  # one UPDATE for the batch
+            await mark_delivered(
+                scope,
+                {mark.outbound_id: mark.platform_message_id for mark in marks},
+                at=self.clock(),
             )
         return [None] * len(marks)
 

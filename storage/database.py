@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from errors import StorageError
+from storage import driver_rows
+from storage.autocommit import AutocommitConnections
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -77,6 +79,8 @@ def alembic_config() -> AlembicConfig:
     return config
 
 
+# Connections `Database.statement` keeps for statements that commit by themselves (PostgreSQL).
+LENT_CONNECTIONS = 4
 EMBEDDER_KEY = "recall_embedder"
 """The key of the recall `TextEmbedder` in a database session's `info`."""
 
@@ -111,9 +115,14 @@ class Database:
             options["connect_args"] = {"timeout": 30}
         else:
             overflow = pool_size if max_overflow is None else max_overflow
-            options.update(pool_size=pool_size, max_overflow=overflow)
+            # The autocommit connections `statement` lends are kept out of the pool for good:
+            # the pool grows by as many, so sessions keep `pool_size`.
+            options.update(pool_size=pool_size + LENT_CONNECTIONS, max_overflow=overflow)
             options["connect_args"] = {"connect_timeout": 5}
         self.engine: AsyncEngine = create_async_engine(parsed, **options)
+        self._lent = (
+            None if self.is_sqlite else AutocommitConnections(self.engine, size=LENT_CONNECTIONS)
+        )
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
@@ -206,6 +215,19 @@ class Database:
         async with _transaction(self._reading if self.is_sqlite else self._single) as session:
             yield session
 
+    @asynccontextmanager
+    async def statement(self, *, writes: bool) -> AsyncIterator[driver_rows.DriverScope]:
+        """A scope for statements through the driver (`storage.driver_rows`) that each commit
+        by themselves, usually one: on PostgreSQL a connection in autocommit lent for the
+        block (`storage.autocommit`: no session, no checkout from the pool); on SQLite the
+        session `single` gives (`writes`) or `lookups` does."""
+        if self._lent is not None:
+            async with self._lent.lend() as lent:
+                yield lent
+            return
+        async with self.single() if writes else self.lookups() as session:
+            yield session
+
     async def ping(self, *, within_seconds: float = 2.0) -> None:
         """Run `SELECT 1`; raises `StorageError` with the cause when the database is unusable."""
         try:
@@ -256,6 +278,8 @@ class Database:
 
     async def dispose(self) -> None:
         """Close every pooled connection."""
+        if self._lent is not None:
+            await self._lent.close()
         await self.engine.dispose()
 
 

@@ -116,34 +116,8 @@ class InboxRepository:
         return result.scalar_one_or_none()
 
     async def accept_many(self, events: Sequence[NewInboundEvent]) -> list[int | None]:
-        """Insert new events with one multi-row statement, in the given order.
-
-        For each event its row id, or None when its (channel, message id) was seen before: in
-        the table, or earlier in `events`. Every accepted message goes through here, so the
-        statement runs through the driver (`storage.driver_rows`).
-        """
-        if not events:
-            return []
-        firsts: dict[tuple[str, str], NewInboundEvent] = {}
-        for event in events:
-            firsts.setdefault((event.channel_type, event.message_id), event)
-        rows = [
-            {
-                "channel_type": event.channel_type,
-                "message_id": event.message_id,
-                "sender_key": event.sender_key,
-                "received_at": event.received_at,
-                "message": driver_rows.JsonValue(event.message),
-                "raw_payload": driver_rows.JsonValue(event.raw_payload),
-            }
-            for event in firsts.values()
-        ]
-        found = await driver_rows.rows(
-            self.session, _accept_many(len(rows)), driver_rows.numbered(rows)
-        )
-        ids = {(channel, message_id): row_id for row_id, channel, message_id in found}
-        # pop: the first of several events with one key gets the id, the others None.
-        return [ids.pop((event.channel_type, event.message_id), None) for event in events]
+        """`accept_events` in this session."""
+        return await accept_events(self.session, events)
 
     async def queued(self, event_id: int) -> PendingEvent | None:
         """The event as a user's queue shows it (whatever its status), or None."""
@@ -186,16 +160,8 @@ class InboxRepository:
     async def next_pending(
         self, sender_keys: Sequence[str], *, limit: int = 1
     ) -> list[PendingEvent]:
-        """The oldest unfinished events sent from any of these identities (one user's queue).
-        Every turn reads it: through the driver (`storage.driver_rows`), as plain values."""
-        if not sender_keys:
-            return []
-        found = await driver_rows.rows(
-            self.session,
-            _next_pending(len(sender_keys)),
-            {"limit": limit, **{f"key_{i}": key for i, key in enumerate(sender_keys)}},
-        )
-        return [_pending(row) for row in found]
+        """`user_queue` in this session."""
+        return await user_queue(self.session, sender_keys, limit=limit)
 
     async def mark_appended(
         self, event_id: int, *, seq: int, session_id: str, user_id: str
@@ -240,3 +206,49 @@ class InboxRepository:
             .returning(InboundEvent.attempts)
         )
         return int(result.scalar_one())
+
+
+async def accept_events(
+    scope: driver_rows.DriverScope, events: Sequence[NewInboundEvent]
+) -> list[int | None]:
+    """Insert new events with one multi-row statement, in the given order.
+
+    For each event its row id, or None when its (channel, message id) was seen before: in
+    the table, or earlier in `events`. Every accepted message goes through here, so the
+    statement runs through the driver (`storage.driver_rows`).
+    """
+    if not events:
+        return []
+    firsts: dict[tuple[str, str], NewInboundEvent] = {}
+    for event in events:
+        firsts.setdefault((event.channel_type, event.message_id), event)
+    rows = [
+        {
+            "channel_type": event.channel_type,
+            "message_id": event.message_id,
+            "sender_key": event.sender_key,
+            "received_at": event.received_at,
+            "message": driver_rows.JsonValue(event.message),
+            "raw_payload": driver_rows.JsonValue(event.raw_payload),
+        }
+        for event in firsts.values()
+    ]
+    found = await driver_rows.rows(scope, _accept_many(len(rows)), driver_rows.numbered(rows))
+    ids = {(channel, message_id): row_id for row_id, channel, message_id in found}
+    # pop: the first of several events with one key gets the id, the others None.
+    return [ids.pop((event.channel_type, event.message_id), None) for event in events]
+
+
+async def user_queue(
+    scope: driver_rows.DriverScope, sender_keys: Sequence[str], *, limit: int = 1
+) -> list[PendingEvent]:
+    """The oldest unfinished events sent from any of these identities (one user's queue).
+    Every turn reads it: through the driver (`storage.driver_rows`), as plain values."""
+    if not sender_keys:
+        return []
+    found = await driver_rows.rows(
+        scope,
+        _next_pending(len(sender_keys)),
+        {"limit": limit, **{f"key_{i}": key for i, key in enumerate(sender_keys)}},
+    )
+    return [_pending(row) for row in found]

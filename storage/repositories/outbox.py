@@ -223,17 +223,8 @@ class OutboxRepository:
     async def mark_delivered_many(
         self, platform_message_ids: dict[int, str | None], *, at: datetime
     ) -> None:
-        """The platform accepted these replies (outbound row id → the platform's message id):
-        one UPDATE for all of them."""
-        if not platform_message_ids:
-            return
-        # Every delivered reply: through the driver (`storage.driver_rows`).
-        ids = list(platform_message_ids)
-        params: dict[str, Any] = {"at": at}
-        for n, outbound_id in enumerate(ids):
-            params[f"id_{n}"] = outbound_id
-            params[f"platform_id_{n}"] = platform_message_ids[outbound_id]
-        await driver_rows.rows(self.session, _mark_delivered(len(ids)), params)
+        """`mark_delivered` in this session."""
+        await mark_delivered(self.session, platform_message_ids, at=at)
 
     async def mark_attempt_failed(
         self, outbound_id: int, *, error: str, retry_at: datetime | None
@@ -333,3 +324,18 @@ class OutboxRepository:
             )
         )
         return int(result.scalar_one())
+
+
+async def mark_delivered(
+    scope: driver_rows.DriverScope, platform_message_ids: dict[int, str | None], *, at: datetime
+) -> None:
+    """The platform accepted these replies (outbound row id → the platform's message id):
+    one UPDATE for all of them, through the driver (`storage.driver_rows`)."""
+    if not platform_message_ids:
+        return
+    ids = list(platform_message_ids)
+    params: dict[str, Any] = {"at": at}
+    for n, outbound_id in enumerate(ids):
+        params[f"id_{n}"] = outbound_id
+        params[f"platform_id_{n}"] = platform_message_ids[outbound_id]
+    await driver_rows.rows(scope, _mark_delivered(len(ids)), params)

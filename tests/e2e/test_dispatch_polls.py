@@ -10,22 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from storage.repositories.inbox import InboxRepository, PendingEvent
+from gateway import dispatcher
+from storage.driver_rows import DriverScope
+from storage.repositories.inbox import PendingEvent
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 
 
 def count_queue_reads(monkeypatch: pytest.MonkeyPatch) -> list[Sequence[str]]:
     """Every read of a user's queue from now on (the identities it was read for)."""
     reads: list[Sequence[str]] = []
-    original = InboxRepository.next_pending
+    original = dispatcher.user_queue
 
     async def counted(
-        self: InboxRepository, sender_keys: Sequence[str], *, limit: int = 1
+        scope: DriverScope, sender_keys: Sequence[str], *, limit: int = 1
     ) -> list[PendingEvent]:
         reads.append(tuple(sender_keys))
-        return await original(self, sender_keys, limit=limit)
+        return await original(scope, sender_keys, limit=limit)
 
-    monkeypatch.setattr(InboxRepository, "next_pending", counted)
+    monkeypatch.setattr(dispatcher, "user_queue", counted)
     return reads
 
 

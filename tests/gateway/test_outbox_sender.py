@@ -36,8 +36,9 @@ class SettableClock:
 
 class CountingStatements:
     """Counts the delivery marks (UPDATEs setting status 'delivered', which run through the
-    driver: `storage.driver_rows`) and the commits that an engine runs while the block
-    runs."""
+    driver: `storage.driver_rows`) and the transactions committed while the block runs: the
+    engine's commits, and the statements on connections `Database.statement` lends (each
+    commits by itself)."""
 
     def __init__(self, database: Database) -> None:
         self.engine = database.engine.sync_engine
@@ -51,6 +52,8 @@ class CountingStatements:
         async def counted(session: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
             if sql.startswith("UPDATE outbound_messages") and "'delivered'" in sql:
                 self.marks += 1
+            if isinstance(session, driver_rows.LentConnection):
+                self.commits += 1
             return await run_statement(session, sql, *args, **kwargs)
 
         driver_rows.rows = counted  # type: ignore[assignment]

@@ -1,0 +1,124 @@
+"""`Database.statement` on PostgreSQL: autocommit connections lent one block at a time, kept
+for the next block, never more at once than there are, and dropped when the server has gone
+away under them (the statement that meets that fails once, the next one reconnects)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from errors import StorageError
+from storage import driver_rows
+from storage.database import LENT_CONNECTIONS, Database
+
+
+@pytest.fixture
+async def database(fresh_postgres_url: str) -> AsyncIterator[Database]:
+    database = Database(fresh_postgres_url, pool_size=2)
+    yield database
+    await database.dispose()
+
+
+async def backend_pid(database: Database) -> int:
+    async with database.statement(writes=False) as scope:
+        ((pid,),) = await driver_rows.rows(scope, "SELECT pg_backend_pid()", {})
+    return int(pid)
+
+
+async def test_a_statement_commits_by_itself_on_a_connection_kept_for_the_next(
+    database: Database,
+) -> None:
+    async with database.session() as db:
+        await db.execute(text("CREATE TABLE notes (body text)"))
+    first = await backend_pid(database)
+
+    async with database.statement(writes=True) as scope:
+        await driver_rows.rows(scope, "INSERT INTO notes VALUES (:body)", {"body": "one"})
+        # Committed already: another connection sees it while the block still runs.
+        async with database.session() as db:
+            assert list((await db.execute(text("SELECT body FROM notes"))).scalars()) == ["one"]
+
+    assert await backend_pid(database) == first
+
+
+async def test_no_more_connections_are_lent_at_once_than_there_are(database: Database) -> None:
+    inside, most = 0, 0
+    pids: set[int] = set()
+
+    async def one() -> None:
+        nonlocal inside, most
+        async with database.statement(writes=False) as scope:
+            inside += 1
+            most = max(most, inside)
+            ((pid,),) = await driver_rows.rows(
+                scope, "SELECT pg_backend_pid() FROM pg_sleep(0.02)", {}
+            )
+            pids.add(pid)
+            inside -= 1
+
+    await asyncio.gather(*(one() for _ in range(LENT_CONNECTIONS * 3)))
+
+    assert most == LENT_CONNECTIONS
+    assert len(pids) == LENT_CONNECTIONS
+
+
+async def test_a_connection_the_server_dropped_fails_once_then_a_new_one_is_used(
+    database: Database,
+) -> None:
+    # Two connections idle, as after a burst: a restart ends both.
+    pids: list[int] = []
+    async with (
+        database.statement(writes=False) as first,
+        database.statement(writes=False) as second,
+    ):
+        for scope in (first, second):
+            ((pid,),) = await driver_rows.rows(scope, "SELECT pg_backend_pid()", {})
+            pids.append(pid)
+    async with database.session() as db:
+        for pid in pids:
+            await db.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+    with pytest.raises(StorageError, match="database error"):
+        await backend_pid(database)
+    # Every idle connection went with the broken one: the next statement connects anew.
+    again = await backend_pid(database)
+
+    assert again not in pids
+    assert await backend_pid(database) == again
+
+
+async def test_a_connection_given_back_inside_a_transaction_is_not_lent_again(
+    database: Database,
+) -> None:
+    async with database.statement(writes=True) as scope:
+        ((pid,),) = await driver_rows.rows(scope, "SELECT pg_backend_pid()", {})
+        await driver_rows.rows(scope, "BEGIN", {})
+
+    assert await backend_pid(database) != pid
+    async with database.session() as db:
+        # Not left open at the server either: the dropped connection was closed.
+        for _ in range(100):
+            alive = await db.scalar(
+                text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            )
+            if not alive:
+                break
+            await db.commit()
+            await asyncio.sleep(0.01)
+        assert not alive
+
+
+async def test_on_sqlite_the_scope_is_a_session(tmp_path: Path) -> None:
+    database = Database(f"sqlite+aiosqlite:///{tmp_path}/gateway.db")
+    try:
+        async with database.statement(writes=True) as scope:
+            await driver_rows.rows(scope, "CREATE TABLE notes (body text)", {})
+            await driver_rows.rows(scope, "INSERT INTO notes VALUES (:body)", {"body": "one"})
+        async with database.statement(writes=False) as scope:
+            assert await driver_rows.rows(scope, "SELECT body FROM notes", {}) == [("one",)]
+    finally:
+        await database.dispose()
