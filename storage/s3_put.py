@@ -10,11 +10,11 @@ the probe cut off, the credentials are the session's (refreshed in a worker thre
 are due, never on the loop), the region is the client's.
 
 `SignedPut.put` retries what botocore's standard mode retries (connection errors, timeouts,
-408/429/5xx and S3's throttling codes) with full-jitter backoff, and says `GaveUp` when every
-attempt failed so. Any other answer may be a difference between this path and boto3 (a bucket
-in another region, a certificate only botocore trusts, an auth scheme S3 asks for): `put`
-returns it as a `Refusal` and the caller sends the same PUT through boto3, whose answer is the
-one that counts.
+500/502/503/504, the transient and throttling codes) and a 429, with full-jitter backoff, and
+says `GaveUp` when every attempt failed so. Any other answer may be a difference between this
+path and boto3 (a bucket in another region, a certificate only botocore trusts, an auth scheme
+S3 asks for): `put` returns it as a `Refusal` and the caller sends the same PUT through boto3,
+whose answer is the one that counts.
 """
 
 from __future__ import annotations
@@ -44,25 +44,27 @@ SSE_HEADERS = {
     "SSEKMSKeyId": "x-amz-server-side-encryption-aws-kms-key-id",
 }
 _PROBE_KEY = "probe"
-# What botocore's standard retry mode retries (`botocore/retries/standard.py`).
-_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 509})
+# What botocore's standard retry mode retries (`botocore/retries/standard.py`: its transient
+# statuses, transient and throttling codes), and a bare 429.
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 _RETRY_CODES = frozenset(
     {
         "RequestTimeout",
         "RequestTimeoutException",
         "PriorRequestNotComplete",
-        "InternalError",
-        "SlowDown",
         "Throttling",
         "ThrottlingException",
         "ThrottledException",
         "RequestThrottledException",
         "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
         "RequestLimitExceeded",
         "BandwidthLimitExceeded",
-        "ServiceUnavailable",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
         "EC2ThrottledException",
-        "TransactionInProgressException",
     }
 )
 _MAX_ERROR_BODY = 64 * 1024
@@ -193,6 +195,8 @@ class SignedPut:
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 cause = f"{type(exc).__name__}: {exc}"
                 continue
+            except aiohttp.ClientError as exc:  # e.g. a URL aiohttp will not send
+                return Refusal(status=0, code=type(exc).__name__, message=str(exc))
             if 200 <= status < 300:
                 return None
             refusal = _error_of(status, answer)
