@@ -140,14 +140,25 @@ _PIPELINE: ContextVar[tuple[DriverScope, Any, psycopg.AsyncPipeline] | None] = C
 )
 
 
+# Where a session's `info` keeps its transaction's driver connection (see `_driver`).
+_DRIVER_KEY = "driver_rows.connection"
+
+
 async def _driver(session: DriverScope) -> tuple[Any, bool]:
     """The session's driver connection (its pending ORM changes flushed first, as
     SQLAlchemy's autoflush does before its own statements: this one may read them, or be
     overwritten by them), and whether it is SQLite's."""
     if isinstance(session, LentConnection):
         return session.raw, False
+    pending = session.new or session.dirty or session.deleted
+    transaction = session.sync_session.get_transaction()
+    known = session.info.get(_DRIVER_KEY)
+    if not pending and known is not None and transaction is not None and known[0] is transaction:
+        # The transaction holds its connection until it ends: asking the session again (two
+        # hops into SQLAlchemy's greenlet) cost 0.05 ms a statement.
+        return known[1], known[2]
     try:
-        if session.new or session.dirty or session.deleted:
+        if pending:
             await session.flush()
         connection = await session.connection()
         raw = (await connection.get_raw_connection()).driver_connection
@@ -155,7 +166,9 @@ async def _driver(session: DriverScope) -> tuple[Any, bool]:
         raise StorageError(f"database error: {exc.__class__.__name__}") from exc
     if raw is None:
         raise StorageError("database error: the connection is closed")
-    return raw, connection.dialect.name == "sqlite"
+    sqlite = connection.dialect.name == "sqlite"
+    session.info[_DRIVER_KEY] = (session.sync_session.get_transaction(), raw, sqlite)
+    return raw, sqlite
 
 
 def _driver_error(exc: psycopg.Error | sqlite3.Error) -> StorageError:

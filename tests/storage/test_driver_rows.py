@@ -161,6 +161,31 @@ async def test_a_pipelined_block_asks_its_session_for_the_connection_once(
     assert found == [(3,)]
 
 
+async def test_a_session_is_asked_for_its_connection_once_a_transaction(
+    database: Database,
+) -> None:
+    async with database.sessionmaker() as db:  # its transactions begin as it needs them
+        asked = 0
+        real_connection = db.connection
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal asked
+            asked += 1
+            return await real_connection(*args, **kwargs)
+
+        db.connection = counted  # type: ignore[method-assign]
+        for _ in range(3):
+            assert await rows(db, "SELECT 1", {}) == [(1,)]
+        assert asked == 1
+        await db.commit()  # a new transaction, perhaps on another connection: asked again
+        assert await rows(db, "SELECT 2", {}) == [(2,)]
+        assert asked == 2
+        # ORM changes waiting: flushed first, as autoflush does, and the session asked again.
+        db.add(Organization(id="o9", name="Nine", context=""))
+        assert await rows(db, "SELECT count(*) FROM organizations", {}) == [(1,)]
+        assert asked == 3
+
+
 async def test_a_queued_statements_error_comes_at_the_next_wait_and_nothing_is_kept(
     database: Database,
 ) -> None:
