@@ -133,9 +133,8 @@ def utc(value: datetime | str) -> datetime:
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
-# The pipeline of the block `pipelined` runs, with the scope that opened it and the driver
-# connection it belongs to.
-_PIPELINE: ContextVar[tuple[DriverScope, Any, psycopg.AsyncPipeline] | None] = ContextVar(
+# The pipeline of the block `pipelined` runs, with the driver connection it belongs to.
+_PIPELINE: ContextVar[tuple[Any, psycopg.AsyncPipeline] | None] = ContextVar(
     "driver_rows_pipeline", default=None
 )
 
@@ -206,7 +205,7 @@ async def pipelined(session: DriverScope) -> AsyncIterator[None]:
         return
     try:
         async with raw.pipeline() as pipeline:
-            token = _PIPELINE.set((session, raw, pipeline))
+            token = _PIPELINE.set((raw, pipeline))
             try:
                 yield
             finally:
@@ -216,21 +215,12 @@ async def pipelined(session: DriverScope) -> AsyncIterator[None]:
 
 
 async def _connection(session: DriverScope) -> tuple[Any, bool, psycopg.AsyncPipeline | None]:
-    """The scope's driver connection, whether it is SQLite's, and the pipeline it is in (None
-    outside a `pipelined` block). In the block, the connection the block holds: asking the
-    session again for each statement cost 0.05 ms (`_driver`), unless ORM changes wait to be
-    flushed."""
-    active = _PIPELINE.get()
-    if active is not None and active[0] is session:
-        pending = isinstance(session, AsyncSession) and (
-            session.new or session.dirty or session.deleted
-        )
-        if not pending:
-            return active[1], False, active[2]
+    """The scope's driver connection, whether it is SQLite's, and the pipeline of the
+    `pipelined` block it is in (None outside one)."""
     raw, sqlite = await _driver(session)
-    if sqlite or active is None or active[1] is not raw:
-        return raw, sqlite, None
-    return raw, False, active[2]
+    active = _PIPELINE.get()
+    pipeline = active[1] if active is not None and not sqlite and active[0] is raw else None
+    return raw, sqlite, pipeline
 
 
 @dataclass(slots=True)
