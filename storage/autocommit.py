@@ -63,8 +63,7 @@ class AutocommitConnections:
         self._closed = True
         idle, self._idle = self._idle, []
         for held in idle:
-            with suppress(SQLAlchemyError, OSError):
-                await held.connection.close()
+            await _release(held, invalidate=False)
 
     async def _connect(self) -> _Held:
         try:
@@ -79,18 +78,26 @@ class AutocommitConnections:
 
     async def _give_back(self, held: _Held) -> None:
         raw = held.raw
-        usable = not raw.broken and not raw.closed
-        if usable and not self._closed and raw.info.transaction_status == TransactionStatus.IDLE:
+        broken = raw.broken or raw.closed
+        if (
+            not broken
+            and not self._closed
+            and raw.info.transaction_status == TransactionStatus.IDLE
+        ):
             self._idle.append(held)
             return
         dropped = [held]
-        if not usable:
+        if broken:
             # The server went away under it: so it did under the idle ones, opened before.
-            dropped, self._idle = dropped + self._idle, []
-        for connection in dropped:
-            with suppress(SQLAlchemyError, OSError):
-                if usable and self._closed:
-                    await connection.connection.close()
-                else:
-                    await connection.connection.invalidate()
-                    await connection.connection.close()
+            dropped, self._idle = [held, *self._idle], []
+        for each in dropped:
+            # Back to the pool only when the lender closes and the connection is sound.
+            await _release(each, invalidate=broken or not self._closed)
+
+
+async def _release(held: _Held, *, invalidate: bool) -> None:
+    """Return a connection to the pool, or close it for good first (`invalidate`)."""
+    with suppress(SQLAlchemyError, OSError):
+        if invalidate:
+            await held.connection.invalidate()
+        await held.connection.close()

@@ -17,7 +17,7 @@ from storage.models import InboundEvent, InboundStatus
 from storage.repositories._sql import dialect_insert
 
 MAX_ACCEPT_BATCH = 128
-"""Events per `accept_many` statement (and so per inbox transaction) at most: a few hundred kB
+"""Events per `accept_events` statement (and so per inbox transaction) at most: a few hundred kB
 of payloads in one statement, whose text is cached for each number of rows."""
 
 
@@ -115,10 +115,6 @@ class InboxRepository:
         result = await self.session.execute(statement)
         return result.scalar_one_or_none()
 
-    async def accept_many(self, events: Sequence[NewInboundEvent]) -> list[int | None]:
-        """`accept_events` in this session."""
-        return await accept_events(self.session, events)
-
     async def queued(self, event_id: int) -> PendingEvent | None:
         """The event as a user's queue shows it (whatever its status), or None."""
         found = await driver_rows.rows(self.session, _QUEUED, {"id": event_id})
@@ -156,12 +152,6 @@ class InboxRepository:
             .order_by(InboundEvent.id)
         )
         return list(result.scalars())
-
-    async def next_pending(
-        self, sender_keys: Sequence[str], *, limit: int = 1
-    ) -> list[PendingEvent]:
-        """`user_queue` in this session."""
-        return await user_queue(self.session, sender_keys, limit=limit)
 
     async def mark_appended(
         self, event_id: int, *, seq: int, session_id: str, user_id: str

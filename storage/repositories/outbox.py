@@ -214,18 +214,6 @@ class OutboxRepository:
             for row in result.scalars()
         ]
 
-    async def mark_delivered(
-        self, outbound_id: int, *, platform_message_id: str | None, at: datetime
-    ) -> None:
-        """The platform accepted the reply."""
-        await self.mark_delivered_many({outbound_id: platform_message_id}, at=at)
-
-    async def mark_delivered_many(
-        self, platform_message_ids: dict[int, str | None], *, at: datetime
-    ) -> None:
-        """`mark_delivered` in this session."""
-        await mark_delivered(self.session, platform_message_ids, at=at)
-
     async def mark_attempt_failed(
         self, outbound_id: int, *, error: str, retry_at: datetime | None
     ) -> None:

@@ -27,8 +27,8 @@ from storage.models import (
     SessionStatus,
     UserChannelIdentity,
 )
-from storage.repositories.inbox import InboxRepository, NewInboundEvent
-from storage.repositories.outbox import OutboxRepository
+from storage.repositories.inbox import InboxRepository, NewInboundEvent, accept_events, user_queue
+from storage.repositories.outbox import OutboxRepository, mark_delivered
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
 
@@ -280,13 +280,12 @@ async def test_inbox_accepts_messages_arriving_together_in_one_statement(
         message = {"content": f"text of {message_id}", "emoji": "\u2603"}
         return NewInboundEvent("web", message_id, sender, T0, message, {"raw": [1, None]})
 
-    async with database.single() as session:
-        inbox = InboxRepository(session)
-        assert await inbox.accept_many([]) == []
-        ids = await inbox.accept_many(
-            [event("m1", "web:alice"), event("m2", "web:bob"), event("m1", "web:alice")]
+    async with database.statement(writes=True) as scope:
+        assert await accept_events(scope, []) == []
+        ids = await accept_events(
+            scope, [event("m1", "web:alice"), event("m2", "web:bob"), event("m1", "web:alice")]
         )
-        again = await inbox.accept_many([event("m2", "web:bob"), event("m3", "web:bob")])
+        again = await accept_events(scope, [event("m2", "web:bob"), event("m3", "web:bob")])
     first, second, repeated = ids
     assert first is not None
     assert second is not None
@@ -325,12 +324,12 @@ async def test_inbox_accepts_a_message_id_once(database: Database) -> None:
         inbox = InboxRepository(session)
         assert await inbox.pending_senders() == ["web:alice", "slack:T1:U1"]
         assert await inbox.pending_ids_of_sender("web:alice") == [first, later]
-        queue = await inbox.next_pending(["web:alice", "slack:T1:U1"], limit=10)
+        queue = await user_queue(session, ["web:alice", "slack:T1:U1"], limit=10)
         assert [event.id for event in queue] == [first, other_channel, later]
         assert await inbox.finish(first, InboundStatus.DONE, at=T0)
         assert not await inbox.finish(first, InboundStatus.REJECTED, at=T0)
         assert await inbox.record_failure(later, "boom") == 1
-        queue = await inbox.next_pending(["web:alice"])
+        queue = await user_queue(session, ["web:alice"])
     assert [event.id for event in queue] == [later]
 
 
@@ -357,7 +356,7 @@ async def test_outbox_retries_then_delivers_or_gives_up(database: Database) -> N
         assert await outbox.claim_due(T0, lease=lease) == []
         retried = await outbox.claim_due(T0 + timedelta(seconds=5), lease=lease)
         assert [(c.reply.message_id, c.resumed) for c in retried] == [("out-1", False)]
-        await outbox.mark_delivered(first.id, platform_message_id="p-1", at=T0)
+        await mark_delivered(session, {first.id: "p-1"}, at=T0)
         assert await outbox.backlog() == 0
         feed = await outbox.feed("web", "alice")
         assert [row.message_id for row in feed] == ["out-1", "out-2"]

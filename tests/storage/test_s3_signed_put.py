@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
+from botocore.credentials import ReadOnlyCredentials
 from structlog.testing import capture_logs
 
 from errors import StorageError
@@ -100,7 +101,9 @@ class S3Front:
             headers=headers,
         )
         probe.context["timestamp"] = request.headers["X-Amz-Date"]
-        creds = _Credentials("testing", "testing", request.headers.get("X-Amz-Security-Token"))
+        creds = ReadOnlyCredentials(
+            "testing", "testing", request.headers.get("X-Amz-Security-Token")
+        )
         auth = S3SigV4Auth(creds, "s3", region)
         expected = auth.signature(auth.string_to_sign(probe, auth.canonical_request(probe)), probe)
         if fields["Signature"] != expected:
@@ -113,13 +116,6 @@ class S3Front:
             for method, path, agent in self.requests
             if method == "PUT" and ("Botocore" in agent) == by_boto3
         ]
-
-
-@dataclass(frozen=True)
-class _Credentials:
-    access_key: str
-    secret_key: str
-    token: str | None
 
 
 @pytest.fixture
