@@ -14,6 +14,7 @@ and, within a process, at once through `notify()` when the inbox accepts a messa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
@@ -26,8 +27,10 @@ from gateway.turn_values import QueuedEvent
 from gateway.turns import TurnProcessor
 from primitives.single_flight import SingleFlight
 from storage.database import Database
+from storage.driver_rows import pipelined
 from storage.locks import TurnLocks
 from storage.repositories.inbox import InboxRepository, user_queue
+from storage.repositories.sessions import read_current_sessions
 
 log = get_logger(__name__)
 
@@ -237,11 +240,17 @@ class Dispatcher:
         while not self._stopping:
             # A few at a time: the batch is read under the lock, so it is still in order and
             # nobody else takes from it; each event is re-checked when its turn finishes it.
-            async with self.database.statement(writes=False) as scope:
+            # With the queue, in the same round trip, the user's current sessions: read under
+            # the lock, they are what the first event's turn would read (nothing else changes
+            # them while the lock is held); the events after it come after a turn's write.
+            async with self.database.statement(writes=False) as scope, pipelined(scope):
+                current = await read_current_sessions(scope, user.user_id)
                 rows = await user_queue(scope, keys, limit=DRAIN_BATCH)
+                sessions = await current.value()
             events = [QueuedEvent.of(row) for row in rows]
             if not events:
                 return
+            events[0] = dataclasses.replace(events[0], current=sessions)
             for event in events:
                 if self._stopping:
                     return

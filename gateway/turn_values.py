@@ -16,6 +16,7 @@ from gateway.identity import ResolvedUser
 from sessions.progress import TurnProgress
 from sessions.routing import Arrival, RoutingPolicy
 from storage.repositories.inbox import PendingEvent
+from storage.repositories.sessions import CurrentSessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,9 @@ class QueuedEvent:
     message: ChannelMessage
     # The live platform message an earlier attempt at this event streamed into, if any.
     live: Mapping[str, Any] | None = None
+    # The user's current sessions, read with the queue under the turn lock: the first event
+    # of a read only (its turn routes by them without reading them again).
+    current: CurrentSessions | None = None
 
     @classmethod
     def of(cls, row: PendingEvent) -> QueuedEvent:

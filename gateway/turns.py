@@ -235,6 +235,7 @@ class TurnProcessor:
                         ),
                         metadata=message_metadata(message),
                         files=files,
+                        current=event.current,
                     ),
                     live.progress,
                 )

@@ -28,7 +28,7 @@ from sessions.lifecycle import transition
 from storage.database import Database
 from storage.models import Session, SessionStatus
 from storage.repositories.outbox import OutboxRepository
-from storage.repositories.sessions import SessionRepository, SessionState
+from storage.repositories.sessions import CurrentSessions, SessionRepository, SessionState
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -106,6 +106,21 @@ async def find_unchanged(
     return await _continued(session, arrival, policy, now=now, change=False)
 
 
+def route_current(
+    arrival: Arrival, policy: RoutingPolicy, current: CurrentSessions, *, now: datetime
+) -> Route | Unrouted | None:
+    """What `find_unchanged` finds for the message, from the user's current sessions read
+    beforehand under the same turn lock (the dispatcher reads them with the user's queue);
+    None when that is not enough: the message names a thread or answers a message of ours
+    (their sessions are looked up), or its scope's session was not among those read."""
+    if arrival.thread_id or arrival.references:
+        return None
+    scope_channel = arrival.channel_type if policy.scope == "channel" else None
+    if not current.knows(scope_channel):
+        return None
+    return _as_it_stands(current.latest.get(scope_channel), policy, now=now, thread_taken=False)
+
+
 async def resolve_session(
     session: AsyncSession,
     arrival: Arrival,
@@ -178,15 +193,23 @@ async def _continued(
             return Route(SessionState.of(candidate), reason, reactivated)  # type: ignore[arg-type]
     scope_channel = channel if policy.scope == "channel" else None
     active = await sessions.find_latest_active(arrival.user_id, scope_channel=scope_channel)
-    if active is None:
-        return Unrouted(fresh=True, thread_taken=thread_taken)
-    if now - active.last_active_at > policy.archive_after:
-        if not change:
-            return Unrouted(fresh=False, thread_taken=thread_taken)
+    if change and active is not None and now - active.last_active_at > policy.archive_after:
         idle = await sessions.get(active.id)
         if idle is not None and idle.status == SessionStatus.ACTIVE.value:
             transition(idle, SessionStatus.ARCHIVED, at=now, reason="idle")
         return Unrouted(fresh=True, thread_taken=thread_taken)
+    return _as_it_stands(active, policy, now=now, thread_taken=thread_taken)
+
+
+def _as_it_stands(
+    active: SessionState | None, policy: RoutingPolicy, *, now: datetime, thread_taken: bool
+) -> Route | Unrouted:
+    """The route to the user's current session `active` as it stands: unrouted when there is
+    none (fresh) or it has been idle past `archive_after` (to be archived first)."""
+    if active is None:
+        return Unrouted(fresh=True, thread_taken=thread_taken)
+    if now - active.last_active_at > policy.archive_after:
+        return Unrouted(fresh=False, thread_taken=thread_taken)
     return Route(active, "active", thread_taken=thread_taken)
 
 

@@ -47,7 +47,13 @@ from sessions.engine_values import ConfirmedCall, ContextReads, NewMessage, Turn
 from sessions.files.turn_files import FileIntake, TurnFiles, message_blocks
 from sessions.llm import estimate_tokens
 from sessions.progress import NO_PROGRESS, TurnProgress
-from sessions.routing import Route, RoutingPolicy, find_unchanged, resolve_session
+from sessions.routing import (
+    Route,
+    RoutingPolicy,
+    find_unchanged,
+    resolve_session,
+    route_current,
+)
 from sessions.turn_tools import WaitingCalls
 from sessions.turn_values import (
     LIVE_REPLY_KEY,
@@ -305,12 +311,18 @@ class TurnService:
         """The turn's session and what it reads with it.
 
         Most messages continue a session as it stands: routed and read without a transaction
-        (PostgreSQL) or a write lock (SQLite). Routing that changes something (a session
-        created, archived or reactivated) runs in one, with the reads.
+        (PostgreSQL) or a write lock (SQLite), by the current sessions the dispatcher read
+        with the queue when the message names no thread and answers nothing. Routing that
+        changes something (a session created, archived or reactivated) runs in one, with the
+        reads.
         """
         arrival = turn.arrival
+        found = None
+        if turn.current is not None:
+            found = route_current(arrival, self.routing, turn.current, now=now)
         async with self.database.lookups() as db:
-            found = await find_unchanged(db, arrival, self.routing, now=now)
+            if found is None:
+                found = await find_unchanged(db, arrival, self.routing, now=now)
             if isinstance(found, Route):
                 return found, await self._read(db, found, turn, now=now)
         referenced = None

@@ -13,6 +13,7 @@ from errors import StorageError
 from sessions.files.turn_files import IncomingFile
 from sessions.routing import Arrival
 from storage.repositories.outbox import QueuedReply
+from storage.repositories.sessions import CurrentSessions
 from storage.transcripts import TranscriptLine
 
 LIVE_REPLY_KEY = "live"
@@ -57,6 +58,9 @@ class UserTurn:
     may_resume_by_reference: bool = True
     # The files that came with the message (their bytes, or why the gateway has none).
     files: tuple[IncomingFile, ...] = ()
+    # The user's current sessions as they were read just before the turn, under its lock
+    # (None: not read; the turn routes by its own reads).
+    current: CurrentSessions | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -75,6 +75,59 @@ _LATEST_ACTIVE = (
 )
 _LATEST_ACTIVE_OF_USER = _LATEST_ACTIVE.replace("__SCOPE__", "scope_channel IS NULL")
 _LATEST_ACTIVE_IN_SCOPE = _LATEST_ACTIVE.replace("__SCOPE__", "scope_channel = :scope_channel")
+# The user's current sessions of every scope, the one made current last first (a user has
+# one a scope, and a scope a channel type at most: a few rows).
+_CURRENT_OF_USER = (
+    f"SELECT {_STATE_COLUMNS}, scope_channel FROM sessions "  # noqa: S608 (constants only)
+    "WHERE user_id = :user_id AND status IN ('active', 'compacting') "
+    "ORDER BY current_since DESC, last_active_at DESC LIMIT :limit"
+)
+CURRENT_SESSIONS_READ = 16  # rows read at most; a scope not among them is not known
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentSessions:
+    """A user's current session in each scope (None: the user's own, `sessions.scope:
+    user`; a channel type with `sessions.scope: channel`), read at one moment. `complete`
+    when every active session of the user was read: a scope without one then has none."""
+
+    latest: Mapping[str | None, SessionState]
+    complete: bool
+
+    def knows(self, scope_channel: str | None) -> bool:
+        """Whether the current session of the scope (or that it has none) is known."""
+        return self.complete or scope_channel in self.latest
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentSessionsRead:
+    """The read `read_current_sessions` sent; its answer through `value`."""
+
+    sent: driver_rows.Sent
+
+    async def value(self) -> CurrentSessions:
+        """The user's current sessions (in a pipeline, after waiting for the answer unless
+        the next statement's wait brought it already)."""
+        found = await self.sent.rows()
+        latest: dict[str | None, SessionState] = {}
+        for row in found:
+            latest.setdefault(row[-1], _state(row[:-1]))
+        return CurrentSessions(latest, complete=len(found) < CURRENT_SESSIONS_READ)
+
+
+async def read_current_sessions(
+    scope: driver_rows.DriverScope, user_id: str
+) -> CurrentSessionsRead:
+    """Read the user's current session of every scope; in a `driver_rows.pipelined` block
+    without waiting, so it goes to the database with the next statement (the dispatcher's
+    read of the user's queue: one round trip for both)."""
+    sent = await driver_rows.send(
+        scope,
+        _CURRENT_OF_USER,
+        {"user_id": user_id, "limit": CURRENT_SESSIONS_READ},
+        timestamps=_STATE_TIMESTAMPS,
+    )
+    return CurrentSessionsRead(sent)
 
 
 @dataclass(frozen=True, slots=True)

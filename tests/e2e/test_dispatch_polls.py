@@ -13,6 +13,7 @@ import pytest
 from gateway import dispatcher
 from storage.driver_rows import DriverScope
 from storage.repositories.inbox import PendingEvent
+from storage.repositories.sessions import SessionRepository, SessionState
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 
 
@@ -70,3 +71,34 @@ async def test_a_message_whose_hint_was_lost_is_answered_after_the_running_turn(
         await gateway.post("alice", "second", message_id="h2")
         replies = await gateway.wait_for_replies("alice", 2, timeout=10)
     assert [reply["in_reply_to"] for reply in replies] == ["h1", "h2"]
+
+
+async def test_turns_route_by_the_sessions_read_with_their_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatcher reads the user's current sessions with the queue: a message with no
+    thread is routed by them, its turn reads no session of its own; one in a thread is not."""
+    looked_up: list[str] = []
+    original = SessionRepository.find_latest_active
+
+    async def counted(
+        self: SessionRepository, user_id: str, *, scope_channel: str | None = None
+    ) -> SessionState | None:
+        looked_up.append(user_id)
+        return await original(self, user_id, scope_channel=scope_channel)
+
+    monkeypatch.setattr(SessionRepository, "find_latest_active", counted)
+    url = f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
+    async with running_gateway(gateway_config(url, tmp_path)) as gateway:
+        for number in range(3):
+            await gateway.post("alice", f"message {number}", message_id=f"m{number}")
+            await gateway.wait_for_replies("alice", number + 1)
+        await gateway.wait_for_turns_to_end("alice")
+        assert looked_up == []
+        await gateway.post("alice", "in a thread", message_id="m3", thread_id="t1")
+        await gateway.wait_for_replies("alice", 4)
+        await gateway.wait_for_turns_to_end("alice")
+        assert looked_up == ["alice"]
+        async with gateway.runtime.database.session() as db:
+            sessions = await SessionRepository(db).list_for_user("alice")
+    assert [session.message_count for session in sessions] == [8]

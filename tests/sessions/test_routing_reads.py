@@ -1,10 +1,12 @@
 """Routing by reads alone (`find_unchanged`): the route of a message that continues a session
-as it stands, and nothing changed or returned when routing has to change something; and the
-sessions it runs in (`Database.lookups`): no transaction on PostgreSQL, no lock on SQLite."""
+as it stands, and nothing changed or returned when routing has to change something; the
+sessions it runs in (`Database.lookups`): no transaction on PostgreSQL, no lock on SQLite;
+and the same answer from the user's current sessions read beforehand (`route_current`)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
@@ -18,10 +20,16 @@ from sessions.routing import (
     Unrouted,
     find_unchanged,
     resolve_session,
+    route_current,
 )
 from storage.database import Database
 from storage.models import SessionStatus
-from storage.repositories.sessions import SessionRepository
+from storage.repositories.sessions import (
+    CURRENT_SESSIONS_READ,
+    CurrentSessions,
+    SessionRepository,
+    read_current_sessions,
+)
 from storage.repositories.users import OrganizationRepository, UserRepository
 from tests.statements import recorded_statements
 
@@ -139,3 +147,79 @@ async def test_lookups_open_no_transaction_on_postgresql_and_take_no_lock_on_sql
         await asyncio.sleep(0.02)
         second = await db.scalar(text("SELECT now()"))
     assert first == second
+
+
+async def current_of(database: Database, user_id: str) -> CurrentSessions:
+    async with database.statement(writes=False) as scope:
+        return await (await read_current_sessions(scope, user_id)).value()
+
+
+async def routed_both_ways(
+    database: Database, arrival: Arrival, policy: RoutingPolicy, now: datetime
+) -> tuple[Route | Unrouted | None, Route | Unrouted]:
+    """`route_current`'s answer from the current sessions read now, and `find_unchanged`'s."""
+    current = await current_of(database, arrival.user_id)
+    async with database.lookups() as db:
+        read = await find_unchanged(db, arrival, policy, now=now)
+    return route_current(arrival, policy, current, now=now), read
+
+
+async def test_the_current_sessions_route_as_the_reads_do(database: Database) -> None:
+    bob = Arrival(user_id="bob", org_id="acme", channel_type="slack", channel_id="D2")
+    async with database.session() as db:
+        await OrganizationRepository(db).upsert("acme", "Acme")
+        await UserRepository(db).upsert("bob", "acme", "Bob")
+    assert await routed_both_ways(database, bob, POLICY, AT) == (Unrouted(fresh=True),) * 2
+    session_id = await alice_with_a_session(database)
+    for now in (AT + timedelta(hours=1), AT + timedelta(hours=9)):  # current, then idle
+        ahead, read = await routed_both_ways(database, DM, POLICY, now)
+        assert ahead == read
+    assert isinstance(read, Unrouted)
+    assert not read.fresh
+    current = await current_of(database, "alice")
+    assert current.complete
+    assert current.latest[None].id == session_id
+    assert current.latest[None].others_indexed is False
+
+    # With a session per channel type, each channel finds its own, and one with none is new.
+    by_channel = RoutingPolicy(scope="channel", archive_after=POLICY.archive_after)
+    async with database.session() as db:
+        for channel in ("slack", "web"):
+            await SessionRepository(db).create("alice", "acme", scope_channel=channel, at=AT)
+    for channel in ("slack", "web", "teams"):
+        arrival = Arrival(user_id="alice", org_id="acme", channel_type=channel, channel_id="C")
+        ahead, read = await routed_both_ways(database, arrival, by_channel, AT)
+        assert ahead == read
+        assert isinstance(read, Unrouted) == (channel == "teams")
+        if isinstance(read, Route):
+            assert read.session.id != session_id
+
+
+async def test_threads_replies_and_scopes_not_read_are_left_to_the_reads(
+    database: Database,
+) -> None:
+    await alice_with_a_session(database)
+    current = await current_of(database, "alice")
+    in_thread = Arrival(
+        user_id="alice", org_id="acme", channel_type="slack", channel_id="D1", thread_id="T1"
+    )
+    answering = Arrival(
+        user_id="alice", org_id="acme", channel_type="email", channel_id="a", references=("m",)
+    )
+    for arrival in (in_thread, answering):
+        assert route_current(arrival, POLICY, current, now=AT) is None
+    # More active sessions than one read returns (left by earlier scopes): a scope absent
+    # from them is not known to have none.
+    async with database.session() as db:
+        for minutes in range(CURRENT_SESSIONS_READ):
+            at = AT + timedelta(minutes=minutes)
+            await SessionRepository(db).create("alice", "acme", scope_channel="web", at=at)
+    current = await current_of(database, "alice")
+    assert not current.complete
+    slack = Arrival(user_id="alice", org_id="acme", channel_type="slack", channel_id="D1")
+    by_channel = RoutingPolicy(scope="channel", archive_after=POLICY.archive_after)
+    assert route_current(slack, by_channel, current, now=AT) is None
+    web = dataclasses.replace(slack, channel_type="web")
+    ahead, read = await routed_both_ways(database, web, by_channel, AT + timedelta(hours=1))
+    assert ahead == read
+    assert isinstance(read, Route)
