@@ -23,6 +23,7 @@ import asyncio
 import base64
 import hashlib
 import random
+import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,6 +106,23 @@ def _error_of(status: int, body: bytes) -> Refusal:
     return Refusal(status=status, code=code or str(status), message=message)
 
 
+def env_proxy(url: str) -> tuple[URL | None, dict[str, str] | None]:
+    """The proxy the environment names for `url` (`HTTPS_PROXY`/`HTTP_PROXY`, unless
+    `NO_PROXY` exempts its host) and the headers that log in to it (its URL's credentials);
+    looked up once, as botocore does when it makes a client."""
+    parts = urlsplit(url)
+    if parts.hostname is None or urllib.request.proxy_bypass(parts.hostname):
+        return None, None
+    named = urllib.request.getproxies().get(parts.scheme)
+    if not named:
+        return None, None
+    proxy = URL(named if "://" in named else f"http://{named}")
+    if proxy.user is None:
+        return proxy, None
+    login = aiohttp.encode_basic_auth(proxy.user, proxy.password or "")
+    return proxy.with_user(None), {"Proxy-Authorization": login}
+
+
 class SignedPut:
     """PUTs of small bodies to one bucket, signed as the boto3 `client` would sign them."""
 
@@ -139,6 +157,7 @@ class SignedPut:
         self._timeout = aiohttp.ClientTimeout(sock_connect=connect_timeout, sock_read=read_timeout)
         self._max_attempts = max(1, max_attempts)
         self._trace_configs = list(trace_configs)
+        self._proxy, self._proxy_headers = env_proxy(self._base)
         self._http: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -148,10 +167,12 @@ class SignedPut:
             self._http = None
 
     def _session(self) -> aiohttp.ClientSession:
-        """The connection pool, opened on first use in the running loop (honouring proxies)."""
+        """The connection pool, opened on first use in the running loop. Not `trust_env`:
+        that looks the proxy and `.netrc` up again in two worker threads for every request;
+        the environment's proxy was looked up once (`env_proxy`)."""
         if self._http is None or self._http.closed:
             self._http = aiohttp.ClientSession(
-                timeout=self._timeout, trust_env=True, trace_configs=self._trace_configs
+                timeout=self._timeout, trace_configs=self._trace_configs
             )
         return self._http
 
@@ -186,7 +207,11 @@ class SignedPut:
             headers = await self._signed(url, body, content_type)
             try:
                 async with self._session().put(
-                    URL(url, encoded=True), data=body, headers=headers
+                    URL(url, encoded=True),
+                    data=body,
+                    headers=headers,
+                    proxy=self._proxy,
+                    proxy_headers=self._proxy_headers,
                 ) as response:
                     answer = await response.read()
                     status = response.status

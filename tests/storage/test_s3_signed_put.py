@@ -19,8 +19,10 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
 from structlog.testing import capture_logs
+from yarl import URL
 
 from errors import StorageError
+from storage.s3_put import env_proxy
 from storage.s3_transcripts import S3TranscriptStore
 from storage.transcripts import SessionRef, parse_transcript
 from tests.storage.transcript_samples import REF, line, segment
@@ -48,12 +50,18 @@ class S3Front:
     url: str = ""
     # PUTs forwarded whose answers are then lost (the connection dropped before it).
     lost_answers: int = 0
+    # The absolute URLs of the requests that came to it as a proxy.
+    proxied: list[str] = field(default_factory=list)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         agent = request.headers.get("User-Agent", "")
-        self.requests.append((request.method, request.raw_path, agent))
-        self._check_signature(request, body)
+        raw_path = request.raw_path
+        if raw_path.startswith("http://"):  # absolute form: sent to us as the client's proxy
+            self.proxied.append(raw_path)
+            raw_path = "/" + raw_path.split("/", 3)[3]
+        self.requests.append((request.method, raw_path, agent))
+        self._check_signature(request, raw_path, body)
         answer = self.rule(request)
         if answer is not None:
             status, code = answer
@@ -63,7 +71,7 @@ class S3Front:
             aiohttp.ClientSession() as http,
             http.request(
                 request.method,
-                self.upstream + request.raw_path,
+                self.upstream + raw_path,
                 data=body,
                 headers=headers,
                 skip_auto_headers=["Content-Type"],
@@ -79,7 +87,7 @@ class S3Front:
             return web.Response(status=500)  # never reaches the client
         return web.Response(status=forwarded.status, body=data, headers=out)
 
-    def _check_signature(self, request: web.Request, body: bytes) -> None:
+    def _check_signature(self, request: web.Request, raw_path: str, body: bytes) -> None:
         """Sign the request as it arrived, at its own time, and compare: what S3 does."""
         authorization = request.headers.get("Authorization", "")
         if not authorization.startswith("AWS4-HMAC-SHA256 "):
@@ -92,7 +100,7 @@ class S3Front:
         headers = {name: request.headers[name] for name in signed if name in request.headers}
         # S3 signs the key in its canonical form: decoded, then every byte but A-Z a-z 0-9
         # - . _ ~ and the slashes encoded; a client that encodes otherwise is refused.
-        path, _, query = request.raw_path.partition("?")
+        path, _, query = raw_path.partition("?")
         canonical = quote(unquote(path), safe="/~") + (f"?{query}" if query else "")
         probe = AWSRequest(
             method=request.method,
@@ -274,3 +282,36 @@ async def test_an_unreachable_endpoint_is_retried_then_named(make_store: StoreFa
     with pytest.raises(StorageError, match="S3 put_object failed: ClientConnectorError"):
         await store.append_lines(REF, [line(1)], first_seq=1)
     assert loop.time() - started < 5
+
+
+def proxy_environment(monkeypatch: pytest.MonkeyPatch, proxy: str, no_proxy: str = "") -> None:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTPS_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    if no_proxy:
+        monkeypatch.setenv("NO_PROXY", no_proxy)
+
+
+async def test_a_segment_put_goes_through_the_proxy_the_environment_names(
+    front: S3Front, make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy_environment(monkeypatch, front.url)
+    # An address nothing answers at (TEST-NET-1): only the proxy can reach it.
+    store = make_store(endpoint_url="http://192.0.2.1:9", max_attempts=1)
+    await store.append_lines(REF, [line(1)], first_seq=1)
+    assert front.puts(by_boto3=False) == ["/" + front.requests[0][1].split("/", 1)[1]]
+    assert front.proxied == [f"http://192.0.2.1:9{front.requests[0][1]}"]
+    assert front.bad_signatures == []
+
+
+def test_the_proxy_is_the_environments_unless_its_host_is_exempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    proxy_environment(monkeypatch, "http://ana:s%40id@proxy.example:3128", no_proxy=".internal")
+    proxy, headers = env_proxy("http://s3.example.com/bucket/")
+    assert str(proxy) == "http://proxy.example:3128"
+    assert headers == {"Proxy-Authorization": aiohttp.encode_basic_auth("ana", "s@id")}
+    assert env_proxy("http://s3.internal/bucket/") == (None, None)
+    assert env_proxy("https://s3.example.com/bucket/") == (None, None)  # HTTP's only
+    proxy_environment(monkeypatch, "proxy.example:3128")
+    assert env_proxy("http://s3.example.com/")[0] == URL("http://proxy.example:3128")
