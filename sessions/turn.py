@@ -74,7 +74,7 @@ from storage.turn_store import (
     MessageToStore,
     TurnUsage,
     finish_inbound_event,
-    store_turn_messages,
+    send_turn_messages,
 )
 
 log = structlog.stdlib.get_logger(__name__)
@@ -204,13 +204,16 @@ class TurnService:
         now = self.clock()
         async with self.database.session() as db:
             # The ORM's writes first (a tool turn's): the block below is driver statements
-            # sent without waiting for each other, three round trips in all with the commit.
+            # sent without waiting for each other, two round trips in all with the commit.
             await self.calls.record(db, session_id, arrival.user_id, confirmed, outcome, now=now)
             async with pipelined(db):
-                first_seq = await store_turn_messages(
+                # Numbered after the last message the turn read: under the user's turn lock
+                # nothing else appends to the session (confirmed below, before the commit).
+                sent = await send_turn_messages(
                     db,
                     session_id,
                     to_store,
+                    after_seq=route.session.last_seq,
                     at=now,
                     usage=TurnUsage(
                         outcome.input_tokens, outcome.output_tokens, outcome.context_tokens
@@ -218,6 +221,7 @@ class TurnService:
                     if outcome
                     else None,
                 )
+                first_seq = sent.first_seq
                 await SessionRepository(db).record_channel(
                     session_id,
                     arrival.channel_type,
@@ -249,6 +253,7 @@ class TurnService:
                     raise TurnSupersededError(
                         "the event was answered elsewhere", key=str(turn.event_id)
                     )
+                await sent.confirm()
         last_seq = first_seq + len(to_store) - 1
         # Nothing waits for a yes after this turn when none waited (or it answered the one
         # that did) and it asked none.

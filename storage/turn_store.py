@@ -7,9 +7,12 @@ context use, last activity), one multi-row `INSERT` stores the messages (one mor
 vectors), and one `UPDATE` finishes the inbound event. They run through the driver itself
 (`storage.driver_rows`), in the caller's transaction: the ORM's unit of work (one flush per
 row, objects tracked for nothing) was once most of a turn's CPU, and SQLAlchemy's per-statement
-work was still about half of what is left of it. Only the counters' statement is waited for
-(its sequence numbers go into the rest): in a `driver_rows.pipelined` block the others go out
-with the caller's next statement that is waited for.
+work was still about half of what is left of it. In a `driver_rows.pipelined` block they go
+out with the caller's next statement that is waited for. `store_turn_messages` waits for the
+counters' statement (its sequence numbers go into the rest); a turn, which read the session's
+last number under the user's turn lock, numbers its messages from that and does not wait
+(`send_turn_messages`): the counters' update is guarded by the number read, and confirmed
+before the commit.
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ _COUNTERS = """UPDATE sessions SET
     input_tokens = input_tokens + :input_tokens, output_tokens = output_tokens + :output_tokens,
     context_tokens = COALESCE(CAST(:context_tokens AS INTEGER), context_tokens),
     last_active_at = :at, updated_at = :at
-    WHERE id = :session_id RETURNING last_seq"""
+    WHERE id = :session_id __AFTER__ RETURNING last_seq"""
+_COUNTERS_NEXT = _COUNTERS.replace("__AFTER__", "")
+_COUNTERS_AFTER = _COUNTERS.replace("__AFTER__", "AND last_seq = :after_seq")
 _MESSAGE_COLUMNS = (
     "session_id",
     "seq",
@@ -85,6 +90,24 @@ def _insert_messages(count: int) -> str:
     return f"INSERT INTO session_messages ({columns}) VALUES {rows}"  # noqa: S608 (placeholders)
 
 
+@dataclass(frozen=True, slots=True)
+class SentMessages:
+    """A turn's messages sent numbered after the sequence number the caller read
+    (`send_turn_messages`); `confirm` once the pipeline's answers are in."""
+
+    session_id: str
+    first_seq: int
+    counters: driver_rows.Sent
+
+    async def confirm(self) -> None:
+        """Raise `StorageError` when the session's last number was no longer the one read
+        (or the session is gone): the transaction must roll back."""
+        if not await self.counters.rows():
+            raise StorageError(
+                "the session's messages moved on while the turn ran", key=self.session_id
+            )
+
+
 async def store_turn_messages(
     db: AsyncSession,
     session_id: str,
@@ -96,27 +119,64 @@ async def store_turn_messages(
     """Append `messages` to the session in order and update its counters; the first new
     sequence number. The counter update takes the session row's write lock, so concurrent
     writers queue and never share a number."""
+    found = await driver_rows.rows(db, _COUNTERS_NEXT, _counters(session_id, messages, at, usage))
+    if not found:
+        raise StorageError("the session does not exist", key=session_id)
+    first_seq = int(found[0][0]) - len(messages) + 1
+    await _send_messages(db, session_id, messages, first_seq, at)
+    return first_seq
+
+
+async def send_turn_messages(
+    db: AsyncSession,
+    session_id: str,
+    messages: Sequence[MessageToStore],
+    *,
+    after_seq: int,
+    at: datetime,
+    usage: TurnUsage | None = None,
+) -> SentMessages:
+    """Append `messages` numbered from `after_seq`, the session's last sequence number as
+    the caller read it while holding the user's turn lock (only the user's turns append to
+    their sessions, one at a time), and update the counters if it still is; in a
+    `driver_rows.pipelined` block nothing waits, one round trip fewer than
+    `store_turn_messages`. `SentMessages.confirm` before committing: if the number had
+    moved, the counters' update changed nothing and the transaction must not commit (its
+    numbers usually collide with stored messages first, an error of their own)."""
+    counters = await driver_rows.send(
+        db, _COUNTERS_AFTER, {**_counters(session_id, messages, at, usage), "after_seq": after_seq}
+    )
+    await _send_messages(db, session_id, messages, after_seq + 1, at)
+    return SentMessages(session_id, after_seq + 1, counters)
+
+
+def _counters(
+    session_id: str, messages: Sequence[MessageToStore], at: datetime, usage: TurnUsage | None
+) -> dict[str, Any]:
     if not messages:
         raise StorageError("a turn stores at least one message", key=session_id)
     roles = [message.role for message in messages]
     usage = usage or TurnUsage()
-    found = await driver_rows.rows(
-        db,
-        _COUNTERS,
-        {
-            "count": len(messages),
-            "users": roles.count("user"),
-            "assistants": roles.count("assistant"),
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "context_tokens": usage.context_tokens,
-            "at": at,
-            "session_id": session_id,
-        },
-    )
-    if not found:
-        raise StorageError("the session does not exist", key=session_id)
-    first_seq = int(found[0][0]) - len(messages) + 1
+    return {
+        "count": len(messages),
+        "users": roles.count("user"),
+        "assistants": roles.count("assistant"),
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "context_tokens": usage.context_tokens,
+        "at": at,
+        "session_id": session_id,
+    }
+
+
+async def _send_messages(
+    db: AsyncSession,
+    session_id: str,
+    messages: Sequence[MessageToStore],
+    first_seq: int,
+    at: datetime,
+) -> None:
+    """The messages' rows numbered from `first_seq`, and their vectors."""
     await driver_rows.send(
         db,
         _insert_messages(len(messages)),
@@ -145,7 +205,6 @@ async def store_turn_messages(
         session_id,
         [(first_seq + i, message.role, message.content) for i, message in enumerate(messages)],
     )
-    return first_seq
 
 
 async def finish_inbound_event(

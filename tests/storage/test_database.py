@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from errors import StorageError
 from sessions.lifecycle import transition
 from storage.database import Database, redact_url
+from storage.driver_rows import pipelined
 from storage.models import (
     Base,
     InboundEvent,
@@ -31,6 +32,7 @@ from storage.repositories.inbox import InboxRepository, NewInboundEvent, accept_
 from storage.repositories.outbox import OutboxRepository, mark_delivered
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
+from storage.turn_store import MessageToStore, send_turn_messages
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
@@ -153,6 +155,43 @@ async def test_concurrent_appends_never_share_a_sequence_number(database: Databa
     async with database.session() as session:
         seqs = [message.seq for message in await SessionRepository(session).messages(session_id)]
     assert seqs == list(range(1, 21))
+
+
+async def send_after(database: Database, session_id: str, after_seq: int, text: str) -> int:
+    """A turn's messages numbered after `after_seq` without waiting (`send_turn_messages`),
+    committed once confirmed; the first number."""
+    turn = [MessageToStore("user", "web", text, 1), MessageToStore("assistant", "web", "ok", 1)]
+    async with database.session() as session:
+        async with pipelined(session):
+            sent = await send_turn_messages(session, session_id, turn, after_seq=after_seq, at=T0)
+            await sent.confirm()
+        return sent.first_seq
+
+
+async def test_a_turn_numbers_after_what_it_read_and_fails_whole_if_that_moved(
+    database: Database,
+) -> None:
+    await make_user(database)
+    session_id = await make_session(database)
+    assert await send_after(database, session_id, 0, "first") == 1
+    assert await send_after(database, session_id, 2, "second") == 3
+    # Read before another writer appended (behind), or a number never reached (ahead): the
+    # whole transaction fails, and nothing of it stays.
+    for stale in (1, 7):
+        with pytest.raises(StorageError):
+            await send_after(database, session_id, stale, "stale")
+    async with database.session() as session:
+        sessions = SessionRepository(session)
+        messages = await sessions.messages(session_id)
+        row = await sessions.get(session_id)
+    assert [(m.seq, m.content) for m in messages] == [
+        (1, "first"),
+        (2, "ok"),
+        (3, "second"),
+        (4, "ok"),
+    ]
+    assert row is not None
+    assert (row.last_seq, row.message_count, row.user_message_count) == (4, 4, 2)
 
 
 async def test_duplicate_sequence_number_is_refused_by_the_database(database: Database) -> None:
