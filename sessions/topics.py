@@ -12,7 +12,7 @@ from sessions.context import history_text
 from sessions.context_cache import HistoryCache
 from sessions.llm import LLMClient, LLMMessage, LLMRequest
 from storage.database import Database
-from storage.repositories.sessions import SessionRepository
+from storage.repositories.sessions import SessionRepository, set_topic
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -60,8 +60,8 @@ class TopicWriter:
         summary, topics = parse_topic(response.text)
         if not summary:
             return None
-        async with self.database.single() as db:  # one statement: no BEGIN and COMMIT
-            await SessionRepository(db).set_topic(session_id, summary, topics)
+        async with self.database.statement(writes=True) as scope:  # no BEGIN and COMMIT
+            await set_topic(scope, session_id, summary, topics)
         log.info("session.topic_updated", session_id=session_id, topics=topics)
         return summary
 

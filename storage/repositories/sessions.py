@@ -414,21 +414,6 @@ class SessionRepository:
         )
         return [OwnMessage(*row) for row in result]
 
-    async def set_topic(self, session_id: str, summary: str, topics: Sequence[str]) -> None:
-        """Replace the session's topic summary and keywords (every few turns: through the
-        driver, `storage.driver_rows`; `updated_at` as the model's `onupdate` sets it)."""
-        await driver_rows.rows(
-            self.session,
-            "UPDATE sessions SET topic_summary = :summary, topics = :topics, updated_at = :at"
-            " WHERE id = :session_id",
-            {
-                "summary": summary,
-                "topics": driver_rows.JsonValue(list(topics)),
-                "at": utcnow(),
-                "session_id": session_id,
-            },
-        )
-
     async def delete(self, session_id: str) -> bool:
         """Delete the session and, by cascade, its channels, messages and compactions."""
         result = await self.session.execute(delete(Session).where(Session.id == session_id))
@@ -447,3 +432,22 @@ class SessionRepository:
                 .where(Session.id == session_id)
                 .values(skills_activated=used + added)
             )
+
+
+async def set_topic(
+    scope: driver_rows.DriverScope, session_id: str, summary: str, topics: Sequence[str]
+) -> None:
+    """Replace the session's topic summary and keywords (every few turns, a statement that is
+    all its caller does: on a lent connection, `Database.statement`; `updated_at` as the
+    model's `onupdate` sets it)."""
+    await driver_rows.rows(
+        scope,
+        "UPDATE sessions SET topic_summary = :summary, topics = :topics, updated_at = :at"
+        " WHERE id = :session_id",
+        {
+            "summary": summary,
+            "topics": driver_rows.JsonValue(list(topics)),
+            "at": utcnow(),
+            "session_id": session_id,
+        },
+    )

@@ -251,9 +251,9 @@ async def test_a_long_session_suggests_starting_a_new_one(
 
 
 async def test_the_topic_is_tracked_every_five_messages(
-    tmp_path: Path, fake_api: FakeAnthropicAPI
+    database_url: str, tmp_path: Path, fake_api: FakeAnthropicAPI
 ) -> None:
-    config = engine_config(f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}", tmp_path, fake_api)
+    config = engine_config(database_url, tmp_path, fake_api)
     async with running_gateway(config) as gateway:
         await say(gateway, "Planning the quarterly budget review for marketing.", 1)
         await say(gateway, "The budget review needs marketing numbers.", 2)
