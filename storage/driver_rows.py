@@ -24,7 +24,8 @@ Only for statements whose columns are plain values (numbers, strings, bytes, tim
 JSON); everything else keeps SQLAlchemy.
 
 A statement that is all its caller does (the inbox's INSERT, the dispatcher's read of a
-user's queue, a batch of delivery marks) needs no session at all on PostgreSQL: it runs on a
+user's queue with their current sessions, a batch of delivery marks, a session's topic) needs
+no session at all on PostgreSQL: it runs on a
 `LentConnection`, one of the autocommit connections `Database.statement` lends, where a
 session cost about 0.65 CPU-ms more than the statement (`storage.autocommit`).
 
