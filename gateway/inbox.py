@@ -92,7 +92,7 @@ class Inbox:
 
     async def _store(self, events: list[NewInboundEvent]) -> list[int | None]:
         # One multi-row INSERT: committed by itself before anyone is acknowledged.
-        async with self.database.statement(writes=True) as scope:
+        async with self.database.statement(writes=True, accepting=True) as scope:
             event_ids = await accept_events(scope, events)
         # Committed: counted, logged and handed to the dispatcher here rather than by each
         # caller, so a caller that went away (a closed request) cannot hide its message.

@@ -79,7 +79,10 @@ def alembic_config() -> AlembicConfig:
     return config
 
 
-# Connections `Database.statement` keeps for statements that commit by themselves (PostgreSQL).
+# Connections `Database.statement` keeps for statements that commit by themselves (PostgreSQL):
+# one for accepting messages (the inbox's inserts, one batch at a time), so that an ack never
+# waits behind the turns' statements, and four for the rest.
+ACCEPTING_CONNECTIONS = 1
 LENT_CONNECTIONS = 4
 EMBEDDER_KEY = "recall_embedder"
 """The key of the recall `TextEmbedder` in a database session's `info`."""
@@ -117,12 +120,15 @@ class Database:
             overflow = pool_size if max_overflow is None else max_overflow
             # The autocommit connections `statement` lends are kept out of the pool for good:
             # the pool grows by as many, so sessions keep `pool_size`.
-            options.update(pool_size=pool_size + LENT_CONNECTIONS, max_overflow=overflow)
+            kept = ACCEPTING_CONNECTIONS + LENT_CONNECTIONS
+            options.update(pool_size=pool_size + kept, max_overflow=overflow)
             options["connect_args"] = {"connect_timeout": 5}
         self.engine: AsyncEngine = create_async_engine(parsed, **options)
-        self._lent = (
-            None if self.is_sqlite else AutocommitConnections(self.engine, size=LENT_CONNECTIONS)
-        )
+        self._lent: AutocommitConnections | None = None
+        self._accepting: AutocommitConnections | None = None
+        if not self.is_sqlite:
+            self._lent = AutocommitConnections(self.engine, size=LENT_CONNECTIONS)
+            self._accepting = AutocommitConnections(self.engine, size=ACCEPTING_CONNECTIONS)
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
@@ -216,13 +222,17 @@ class Database:
             yield session
 
     @asynccontextmanager
-    async def statement(self, *, writes: bool) -> AsyncIterator[driver_rows.DriverScope]:
+    async def statement(
+        self, *, writes: bool, accepting: bool = False
+    ) -> AsyncIterator[driver_rows.DriverScope]:
         """A scope for statements through the driver (`storage.driver_rows`) that each commit
         by themselves, usually one: on PostgreSQL a connection in autocommit lent for the
-        block (`storage.autocommit`: no session, no checkout from the pool); on SQLite the
-        session `single` gives (`writes`) or `lookups` does."""
-        if self._lent is not None:
-            async with self._lent.lend() as lent:
+        block (`storage.autocommit`: no session, no checkout from the pool), the one kept for
+        accepting messages when `accepting` (the inbox: never behind the turns' statements);
+        on SQLite the session `single` gives (`writes`) or `lookups` does."""
+        lender = self._accepting if accepting else self._lent
+        if lender is not None:
+            async with lender.lend() as lent:
                 yield lent
             return
         async with self.single() if writes else self.lookups() as session:
@@ -278,8 +288,9 @@ class Database:
 
     async def dispose(self) -> None:
         """Close every pooled connection."""
-        if self._lent is not None:
-            await self._lent.close()
+        for lender in (self._accepting, self._lent):
+            if lender is not None:
+                await lender.close()
         await self.engine.dispose()
 
 

@@ -5,6 +5,7 @@ away under them (the statement that meets that fails once, the next one reconnec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -64,6 +65,26 @@ async def test_no_more_connections_are_lent_at_once_than_there_are(database: Dat
 
     assert most == LENT_CONNECTIONS
     assert len(pids) == LENT_CONNECTIONS
+
+
+async def test_accepting_never_waits_behind_the_other_statements(database: Database) -> None:
+    """With every connection for the other statements lent, the inbox's still runs at once,
+    on its own connection."""
+    async with contextlib.AsyncExitStack() as busy:
+        others = [
+            await busy.enter_async_context(database.statement(writes=False))
+            for _ in range(LENT_CONNECTIONS)
+        ]
+        async with asyncio.timeout(2), database.statement(writes=True, accepting=True) as scope:
+            ((pid,),) = await driver_rows.rows(scope, "SELECT pg_backend_pid()", {})
+        busy_pids = set()
+        for other in others:
+            ((other_pid,),) = await driver_rows.rows(other, "SELECT pg_backend_pid()", {})
+            busy_pids.add(other_pid)
+        assert pid not in busy_pids
+        with pytest.raises(TimeoutError):  # the others' lender is full meanwhile
+            async with asyncio.timeout(0.2), database.statement(writes=False):
+                pass
 
 
 async def test_a_connection_the_server_dropped_fails_once_then_a_new_one_is_used(
