@@ -30,7 +30,7 @@ from storage.database import Database
 from storage.driver_rows import pipelined
 from storage.locks import TurnLocks
 from storage.repositories.inbox import InboxRepository, user_queue
-from storage.repositories.sessions import read_current_sessions
+from storage.repositories.session_state import read_current_sessions
 
 log = get_logger(__name__)
 

@@ -16,7 +16,7 @@ from gateway.identity import ResolvedUser
 from sessions.progress import TurnProgress
 from sessions.routing import Arrival, RoutingPolicy
 from storage.repositories.inbox import PendingEvent
-from storage.repositories.sessions import CurrentSessions
+from storage.repositories.session_state import CurrentSessions
 
 
 @dataclass(frozen=True, slots=True)

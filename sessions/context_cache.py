@@ -34,7 +34,8 @@ from sessions.memory import RetentionPolicy
 from storage.models import Organization, SessionSummary
 from storage.repositories.compactions import CompactionRepository
 from storage.repositories.memory import MemoryRepository
-from storage.repositories.sessions import SessionRepository, SessionState
+from storage.repositories.session_state import SessionState
+from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import OrganizationRepository
 

@@ -65,7 +65,7 @@ from sessions.toolbox import TOOL_DATA_NOTE, McpToolbox
 from sessions.topics import TopicWriter
 from storage.database import Database
 from storage.recall_vectors import TextEmbedder
-from storage.repositories.sessions import SessionRepository, SessionState
+from storage.repositories.session_state import SessionState, read_state
 from storage.vector_index import VectorIndex
 
 log = structlog.stdlib.get_logger(__name__)
@@ -238,7 +238,7 @@ class SessionEngine:
     ) -> LoadedContext:
         """The context of the session's next turn, read in a transaction of its own."""
         async with self.database.session() as db:
-            session = await SessionRepository(db).state(session_id)
+            session = await read_state(db, session_id)
             if session is None:
                 raise StorageError("the session does not exist", key=session_id)
             reads = await self.read_context(db, session, thread_id=thread_id, pending=pending)

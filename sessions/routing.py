@@ -28,7 +28,8 @@ from sessions.lifecycle import transition
 from storage.database import Database
 from storage.models import Session, SessionStatus
 from storage.repositories.outbox import OutboxRepository
-from storage.repositories.sessions import CurrentSessions, SessionRepository, SessionState
+from storage.repositories.session_state import CurrentSessions, SessionState, latest_active
+from storage.repositories.sessions import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -192,7 +193,7 @@ async def _continued(
             reactivated = _reactivate(candidate, now=now, reason=reason)
             return Route(SessionState.of(candidate), reason, reactivated)  # type: ignore[arg-type]
     scope_channel = channel if policy.scope == "channel" else None
-    active = await sessions.find_latest_active(arrival.user_id, scope_channel=scope_channel)
+    active = await latest_active(session, arrival.user_id, scope_channel=scope_channel)
     if change and active is not None and now - active.last_active_at > policy.archive_after:
         idle = await sessions.get(active.id)
         if idle is not None and idle.status == SessionStatus.ACTIVE.value:

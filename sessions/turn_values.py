@@ -13,7 +13,7 @@ from errors import StorageError
 from sessions.files.turn_files import IncomingFile
 from sessions.routing import Arrival
 from storage.repositories.outbox import QueuedReply
-from storage.repositories.sessions import CurrentSessions
+from storage.repositories.session_state import CurrentSessions
 from storage.transcripts import TranscriptLine
 
 LIVE_REPLY_KEY = "live"

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from gateway import dispatcher
+from sessions import routing
 from storage.driver_rows import DriverScope
 from storage.repositories.inbox import PendingEvent
-from storage.repositories.sessions import SessionRepository, SessionState
+from storage.repositories.session_state import SessionState
+from storage.repositories.sessions import SessionRepository
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 
 
@@ -79,15 +81,15 @@ async def test_turns_route_by_the_sessions_read_with_their_queue(
     """The dispatcher reads the user's current sessions with the queue: a message with no
     thread is routed by them, its turn reads no session of its own; one in a thread is not."""
     looked_up: list[str] = []
-    original = SessionRepository.find_latest_active
+    original = routing.latest_active
 
     async def counted(
-        self: SessionRepository, user_id: str, *, scope_channel: str | None = None
+        scope: DriverScope, user_id: str, *, scope_channel: str | None = None
     ) -> SessionState | None:
         looked_up.append(user_id)
-        return await original(self, user_id, scope_channel=scope_channel)
+        return await original(scope, user_id, scope_channel=scope_channel)
 
-    monkeypatch.setattr(SessionRepository, "find_latest_active", counted)
+    monkeypatch.setattr(routing, "latest_active", counted)
     url = f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
     async with running_gateway(gateway_config(url, tmp_path)) as gateway:
         for number in range(3):

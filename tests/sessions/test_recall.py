@@ -32,6 +32,7 @@ from storage.local_transcripts import LocalTranscriptStore
 from storage.models import SessionSummary
 from storage.recall_entries import TURN, SearchBound
 from storage.recall_index import RecallIndexRepository
+from storage.repositories.session_state import latest_active, read_state
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
@@ -268,7 +269,7 @@ async def test_the_sessions_state_tells_the_search_whether_anything_else_is_inde
     monkeypatch.setattr(RecallIndexRepository, "has_entries_outside", no_lookup)
     recall = RecallSearch(database)
     async with database.session() as db:
-        only = await SessionRepository(db).find_latest_active("alice")
+        only = await latest_active(db, "alice")
     assert only is not None
     assert only.id == first
     assert only.others_indexed is False
@@ -276,8 +277,8 @@ async def test_the_sessions_state_tells_the_search_whether_anything_else_is_inde
     assert await recall.search("alice", "Acme price", 5, exclude=alone) == []
     second, _ = await conversation(database, [("Alice", "Anything new?")], day=1)
     async with database.session() as db:
-        latest = await SessionRepository(db).find_latest_active("alice")
-        by_id = await SessionRepository(db).state(first)
+        latest = await latest_active(db, "alice")
+        by_id = await read_state(db, first)
     assert latest is not None
     assert latest.id == second
     assert latest.others_indexed is True
@@ -328,7 +329,7 @@ async def test_the_search_runs_after_the_turns_transaction_and_a_failure_leaves_
     current, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
     subject = engine(database, tmp_path, RecallSettings(auto_hits=3))
     async with database.session() as db:
-        session = await SessionRepository(db).state(current)
+        session = await read_state(db, current)
         assert session is not None
         reads = await subject.read_context(db, session)
     # Nothing is searched in the caller's transaction; the passages come after it.

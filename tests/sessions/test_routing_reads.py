@@ -24,12 +24,12 @@ from sessions.routing import (
 )
 from storage.database import Database
 from storage.models import SessionStatus
-from storage.repositories.sessions import (
+from storage.repositories.session_state import (
     CURRENT_SESSIONS_READ,
     CurrentSessions,
-    SessionRepository,
     read_current_sessions,
 )
+from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
 from tests.statements import recorded_statements
 

@@ -30,6 +30,7 @@ from storage.models import (
 )
 from storage.repositories.inbox import InboxRepository, NewInboundEvent, accept_events, user_queue
 from storage.repositories.outbox import OutboxRepository, mark_delivered
+from storage.repositories.session_state import latest_active
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
 from storage.turn_store import MessageToStore, send_turn_messages
@@ -248,12 +249,12 @@ async def test_latest_active_session_ignores_archived_ones(database: Database) -
         await sessions.append_message(
             new, role="user", channel_type="web", content="hi", at=T0 + timedelta(hours=1)
         )
-        assert (await sessions.find_latest_active("alice")).id == new  # type: ignore[union-attr]
+        assert (await latest_active(session, "alice")).id == new  # type: ignore[union-attr]
         newest = await sessions.get(new)
         assert newest is not None
         transition(newest, SessionStatus.ARCHIVED, at=T0 + timedelta(hours=2), reason="test")
         await session.flush()
-        latest = await sessions.find_latest_active("alice")
+        latest = await latest_active(session, "alice")
         archived = await sessions.get(new)
     assert latest is not None
     assert latest.id == old
