@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 from channels.base import ChannelMessage
@@ -27,16 +29,41 @@ from gateway.turn_values import QueuedEvent
 from gateway.turns import TurnProcessor
 from primitives.single_flight import SingleFlight
 from storage.database import Database
-from storage.driver_rows import pipelined
+from storage.driver_rows import DriverScope, pipelined
 from storage.locks import TurnLocks
-from storage.repositories.inbox import InboxRepository, user_queue
-from storage.repositories.session_state import read_current_sessions
+from storage.repositories.inbox import InboxRepository, UserQueueRead, send_user_queue
+from storage.repositories.session_state import CurrentSessionsRead, read_current_sessions
 
 log = get_logger(__name__)
 
 DRAIN_BATCH = 16
 RESOLVE_SLOTS = 8  # senders resolved (looked up or provisioned) at once
 ARRIVALS_KEPT_PER_SENDER = 4  # new messages whose status waits for their sender's resolution
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRead:
+    """A read of a user's queue, with their current sessions, sent (`send_queue_read`)."""
+
+    current: CurrentSessionsRead
+    queue: UserQueueRead
+
+    async def events(self) -> list[QueuedEvent]:
+        """The queue's events, the first carrying the user's current sessions: read under
+        the turn lock, they are what its turn would read (nothing else changes them while
+        the lock is held); the events after it come after a turn's write."""
+        sessions = await self.current.value()
+        events = [QueuedEvent.of(row) for row in await self.queue.events()]
+        if events:
+            events[0] = dataclasses.replace(events[0], current=sessions)
+        return events
+
+
+async def send_queue_read(scope: DriverScope, user_id: str, keys: Sequence[str]) -> QueueRead:
+    """Send the read of a user's next batch and of their current sessions (in a pipelined
+    block: one round trip, one implicit transaction)."""
+    current = await read_current_sessions(scope, user_id)
+    return QueueRead(current, await send_user_queue(scope, keys, limit=DRAIN_BATCH))
 
 
 class Dispatcher:
@@ -225,9 +252,13 @@ class Dispatcher:
 
     async def _drain(self, user: ResolvedUser) -> None:
         try:
-            async with self._slots, self.locks.hold(f"user:{user.user_id}") as held:
-                if held:
-                    await self._drain_held(user)
+            async with self._slots:
+                keys = await self.identities.identity_keys(user.user_id)
+                # The first batch is read with the lock, in the round trip that takes it.
+                first = functools.partial(send_queue_read, user_id=user.user_id, keys=keys)
+                async with self.locks.hold_reading(f"user:{user.user_id}", first) as held:
+                    if held:
+                        await self._drain_held(user, keys, held.first)
         except (GatewayError, OSError) as exc:
             # Typically the database going away; the events stay pending for the next pass.
             log.error("dispatcher.drain_failed", user_id=user.user_id, error=str(exc))
@@ -235,22 +266,19 @@ class Dispatcher:
             if self._drains.end(user.user_id) and not self._stopping:
                 self._drain_now(user)
 
-    async def _drain_held(self, user: ResolvedUser) -> None:
-        keys = await self.identities.identity_keys(user.user_id)
+    async def _drain_held(
+        self, user: ResolvedUser, keys: Sequence[str], first: QueueRead | None
+    ) -> None:
         while not self._stopping:
             # A few at a time: the batch is read under the lock, so it is still in order and
             # nobody else takes from it; each event is re-checked when its turn finishes it.
-            # With the queue, in the same round trip, the user's current sessions: read under
-            # the lock, they are what the first event's turn would read (nothing else changes
-            # them while the lock is held); the events after it come after a turn's write.
-            async with self.database.statement(writes=False) as scope, pipelined(scope):
-                current = await read_current_sessions(scope, user.user_id)
-                rows = await user_queue(scope, keys, limit=DRAIN_BATCH)
-                sessions = await current.value()
-            events = [QueuedEvent.of(row) for row in rows]
+            if first is not None:
+                events, first = await first.events(), None
+            else:
+                async with self.database.statement(writes=False) as scope, pipelined(scope):
+                    events = await (await send_queue_read(scope, user.user_id, keys)).events()
             if not events:
                 return
-            events[0] = dataclasses.replace(events[0], current=sessions)
             for event in events:
                 if self._stopping:
                     return

@@ -189,8 +189,24 @@ def _converted(found: Sequence[Any], timestamps: Sequence[int]) -> list[tuple[An
     return converted
 
 
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """A `pipelined` block's pipeline (None on SQLite, where the block changes nothing)."""
+
+    _pipeline: psycopg.AsyncPipeline | None
+
+    async def sync(self) -> None:
+        """Send what is queued and wait for all of it (the next wait would)."""
+        if self._pipeline is None:
+            return
+        try:
+            await self._pipeline.sync()
+        except psycopg.Error as exc:
+            raise _driver_error(exc) from exc
+
+
 @asynccontextmanager
-async def pipelined(session: DriverScope) -> AsyncIterator[None]:
+async def pipelined(session: DriverScope) -> AsyncIterator[Pipeline]:
     """A block whose statements through `send` and `rows` reach PostgreSQL without waiting
     for each other's answers (psycopg's pipeline mode): `send` queues its statement, and
     `rows` (or `Sent.rows`) sends what is queued and waits once for all of it. A turn's
@@ -202,13 +218,13 @@ async def pipelined(session: DriverScope) -> AsyncIterator[None]:
     statements after it in the transaction do not run."""
     raw, sqlite = await _driver(session)
     if sqlite:
-        yield
+        yield Pipeline(None)
         return
     try:
         async with raw.pipeline() as pipeline:
             token = _PIPELINE.set((raw, pipeline))
             try:
-                yield
+                yield Pipeline(pipeline)
             finally:
                 _PIPELINE.reset(token)
     except psycopg.Error as exc:

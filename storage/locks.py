@@ -3,27 +3,53 @@
 On PostgreSQL the lock is a session-level advisory lock, held on the process's lock connection
 for as long as the holder works; if the process dies the connection drops and the lock with it.
 On SQLite (one process by design) an in-process lock is enough.
+
+A holder may ask for a first read with the lock (`hold_reading`): on PostgreSQL its
+statements go on the lock connection right behind the take, in the same round trip, so a
+drain's first look at the user's queue costs no connection and no transaction of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
 import structlog
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from errors import StorageError
+from errors import GatewayError, StorageError
+from storage import driver_rows
 from storage.database import Database
+from storage.driver_rows import LentConnection
 from storage.group_commit import GroupCommit
 
 log = structlog.stdlib.get_logger(__name__)
+
+T = TypeVar("T")
+
+# A holder's first read under its lock: sends its statements on the given connection
+# without waiting for them (`storage.driver_rows.send` in a pipelined block) and returns
+# what reads their answers, which are in by the time the holder gets it.
+FirstRead = Callable[[LentConnection], Awaitable[T]]
+
+
+@dataclass(frozen=True, slots=True)
+class Held(Generic[T]):
+    """A try-lock's outcome: whether the caller now holds the key (the value's truth), and
+    what its first read sent, if the lock ran it (None: not taken, not asked for, failed,
+    or a lock kind that leaves it to the holder; the holder then reads by itself)."""
+
+    taken: bool
+    first: T | None = None
+
+    def __bool__(self) -> bool:
+        return self.taken
 
 
 class TurnLocks(Protocol):
@@ -31,6 +57,11 @@ class TurnLocks(Protocol):
 
     def hold(self, key: str) -> AbstractAsyncContextManager[bool]:
         """Try to take the lock for the duration of the block; never waits for a holder."""
+        ...
+
+    def hold_reading(self, key: str, first: FirstRead[T]) -> AbstractAsyncContextManager[Held[T]]:
+        """`hold`, and the holder's first read: run with the take when the lock kind can do
+        that for less (`Held.first`), else left to the holder."""
         ...
 
     async def close(self) -> None:
@@ -56,6 +87,12 @@ class LocalTurnLocks:
         finally:
             self._held.discard(key)
 
+    @asynccontextmanager
+    async def hold_reading(self, key: str, first: FirstRead[T]) -> AsyncIterator[Held[T]]:
+        """`hold`; the first read is the holder's (it would cost the same here)."""
+        async with self.hold(key) as held:
+            yield Held(held)
+
     async def close(self) -> None:
         """Nothing to release: the locks live in this process."""
 
@@ -67,10 +104,21 @@ def advisory_key(key: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class LockCall:
-    """One call on the lock connection: take (try-lock) or release an advisory number."""
+    """One call on the lock connection: take (try-lock) or release an advisory number; a
+    take may bring its holder's first read."""
 
     number: int
     take: bool
+    first: FirstRead[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LockAnswer:
+    """A call's answer: whether the number was taken (or released), and what its first
+    read sent (None when it was not run, or failed)."""
+
+    done: bool
+    first: Any = None
 
 
 # One statement for every call that queued up: each row takes or releases one number. A key
@@ -106,25 +154,37 @@ class PostgresTurnLocks:
         self._connection: AsyncConnection | None = None
         self._in_use = asyncio.Lock()
         self._held: dict[str, int] = {}  # keys locked at the server: key → advisory number
-        self._calls: GroupCommit[LockCall, bool] = GroupCommit(
+        self._calls: GroupCommit[LockCall, LockAnswer] = GroupCommit(
             self._run, max_batch=MAX_CALLS, abandoned=self._release_abandoned
         )
 
     @asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[bool]:
         """Take `key` unless another process (or task) holds it."""
+        async with self._hold(key, None) as held:
+            yield held.taken
+
+    @asynccontextmanager
+    async def hold_reading(self, key: str, first: FirstRead[T]) -> AsyncIterator[Held[T]]:
+        """`hold`, with `first` sent right behind the take, in its round trip."""
+        async with self._hold(key, first) as held:
+            yield held
+
+    @asynccontextmanager
+    async def _hold(self, key: str, first: FirstRead[Any] | None) -> AsyncIterator[Held[Any]]:
         # The in-process check first: advisory locks are re-entrant per connection, and a
         # second task of this process must see the key as taken without a round trip.
         async with self._local.hold(key) as held_here:
             if not held_here:
-                yield False
+                yield Held(False)
                 return
             number = advisory_key(key)
-            acquired = await self._calls.submit(LockCall(number, take=True))
+            answer = await self._calls.submit(LockCall(number, take=True, first=first))
+            acquired = answer.done
             if acquired:
                 self._held[key] = number
             try:
-                yield acquired
+                yield Held(acquired, answer.first)
             finally:
                 if acquired:
                     # Queued at once (a holder cancelled here must not leave the key locked);
@@ -139,19 +199,20 @@ class PostgresTurnLocks:
         async with self._in_use:
             await self._disconnect()
 
-    def _release_abandoned(self, call: LockCall, taken: bool) -> None:
+    def _release_abandoned(self, call: LockCall, answer: LockAnswer) -> None:
         # The caller was cancelled while its lock was being taken: nobody holds it, so it is
         # released (each successful take needs its own release: the locks are re-entrant).
-        if call.take and taken:
+        if call.take and answer.done:
             self._calls.enqueue(LockCall(call.number, take=False))
 
-    async def _run(self, calls: list[LockCall]) -> list[bool]:
+    async def _run(self, calls: list[LockCall]) -> list[LockAnswer]:
         async with self._in_use:
             try:
                 try:
                     return await self._run_once(calls)
-                except psycopg.OperationalError:
-                    pass
+                except (psycopg.OperationalError, StorageError) as exc:
+                    if not _connection_lost(exc):
+                        raise
                 # The connection may be lost (a database restart, a terminated backend): once
                 # more on a new one, which takes back the locks still held here first.
                 return await self._run_once(calls)
@@ -161,7 +222,7 @@ class PostgresTurnLocks:
                     f"turn lock call failed: {message[0] if message else type(exc).__name__}"
                 ) from exc
 
-    async def _run_once(self, calls: list[LockCall]) -> list[bool]:
+    async def _run_once(self, calls: list[LockCall]) -> list[LockAnswer]:
         connection = await self._connected()
         try:
             return await _execute(connection, calls)
@@ -184,7 +245,7 @@ class PostgresTurnLocks:
             await connection.close()
             raise
         self._connection = connection
-        lost = [key for (key, _), retaken in zip(held, taken, strict=True) if not retaken]
+        lost = [key for (key, _), retaken in zip(held, taken, strict=True) if not retaken.done]
         if held:
             log.warning("turn_lock.reconnected", held=len(held), lost=len(lost))
         for key in lost:
@@ -203,16 +264,55 @@ class PostgresTurnLocks:
                 await connection.close()
 
 
-async def _execute(connection: AsyncConnection, calls: list[LockCall]) -> list[bool]:
-    """Run the calls in one statement; one result per call, in order."""
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether the lock connection failed rather than a statement on it: the driver's
+    operational error, itself or (through a `driver_rows` pipeline, a call with first
+    reads) as the cause of a `StorageError`."""
+    return isinstance(exc, psycopg.OperationalError) or isinstance(
+        exc.__cause__, psycopg.OperationalError
+    )
+
+
+async def _execute(connection: AsyncConnection, calls: list[LockCall]) -> list[LockAnswer]:
+    """Run the calls in one statement, and the first reads of the takes among them right
+    behind it in the same round trip; one answer per call, in order."""
     if not calls:
         return []
     raw = (await connection.get_raw_connection()).driver_connection
     if raw is None:
         raise StorageError("turn lock call failed: the lock connection is closed")
-    numbers, takes = [call.number for call in calls], [call.take for call in calls]
-    cursor = await raw.execute(LOCK_CALLS, {"numbers": numbers, "takes": takes}, prepare=True)
-    return [bool(done) for (done,) in await cursor.fetchall()]
+    params = {"numbers": [call.number for call in calls], "takes": [call.take for call in calls]}
+    reads = [(position, call.first) for position, call in enumerate(calls) if call.first]
+    if not reads:
+        cursor = await raw.execute(LOCK_CALLS, params, prepare=True)
+        return [LockAnswer(bool(done)) for (done,) in await cursor.fetchall()]
+    # Reads are sent for every take, before knowing which were taken: one whose take failed
+    # is dropped (reading cost the server a statement; waiting for the takes, a round trip).
+    # Session-level advisory locks ignore transactions: a read that fails aborts the rest of
+    # the round trip's implicit transaction, never the locks taken or released in it.
+    scope = LentConnection(raw)
+    sent: dict[int, Any] = {}
+    async with driver_rows.pipelined(scope) as pipeline:
+        cursor = await raw.execute(LOCK_CALLS, params, prepare=True)
+        for position, first in reads:
+            try:
+                sent[position] = await first(scope)
+            except GatewayError as exc:
+                log.warning("turn_lock.first_read_failed", error=str(exc))
+        try:
+            await pipeline.sync()
+        except StorageError as exc:
+            if cursor.pgresult is None:
+                raise  # the lock statement's own failure (the reads after it never ran)
+            # A read failed: its holder (and the holders of the reads after it, which did
+            # not run) read by themselves.
+            log.warning("turn_lock.first_read_failed", error=str(exc))
+            sent.clear()
+        done = [bool(value) for (value,) in await cursor.fetchall()]
+    return [
+        LockAnswer(taken, sent.get(position) if taken else None)
+        for position, taken in enumerate(done)
+    ]
 
 
 def turn_locks_for(database: Database) -> TurnLocks:

@@ -229,16 +229,37 @@ async def accept_events(
     return [ids.pop((event.channel_type, event.message_id), None) for event in events]
 
 
-async def user_queue(
+@dataclass(frozen=True, slots=True)
+class UserQueueRead:
+    """The read `send_user_queue` sent; its events through `events`."""
+
+    sent: driver_rows.Sent | None  # None: no identities, nothing to read
+
+    async def events(self) -> list[PendingEvent]:
+        """The queue's events (in a pipeline, after waiting for the answer unless another
+        statement's wait brought it already)."""
+        return [_pending(row) for row in await self.sent.rows()] if self.sent else []
+
+
+async def send_user_queue(
     scope: driver_rows.DriverScope, sender_keys: Sequence[str], *, limit: int = 1
-) -> list[PendingEvent]:
-    """The oldest unfinished events sent from any of these identities (one user's queue).
-    Every turn reads it: through the driver (`storage.driver_rows`), as plain values."""
+) -> UserQueueRead:
+    """Read the oldest unfinished events sent from any of these identities (one user's
+    queue); in a `driver_rows.pipelined` block without waiting, so it goes to the database
+    with the statements around it. Every turn reads it: through the driver
+    (`storage.driver_rows`), as plain values."""
     if not sender_keys:
-        return []
-    found = await driver_rows.rows(
+        return UserQueueRead(None)
+    sent = await driver_rows.send(
         scope,
         _next_pending(len(sender_keys)),
         {"limit": limit, **{f"key_{i}": key for i, key in enumerate(sender_keys)}},
     )
-    return [_pending(row) for row in found]
+    return UserQueueRead(sent)
+
+
+async def user_queue(
+    scope: driver_rows.DriverScope, sender_keys: Sequence[str], *, limit: int = 1
+) -> list[PendingEvent]:
+    """The oldest unfinished events sent from any of these identities (one user's queue)."""
+    return await (await send_user_queue(scope, sender_keys, limit=limit)).events()

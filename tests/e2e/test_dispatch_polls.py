@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from gateway import dispatcher
+from gateway.dispatcher import QueueRead
 from sessions import routing
-from storage.driver_rows import DriverScope
-from storage.repositories.inbox import PendingEvent
+from storage.driver_rows import DriverScope, LentConnection
+from storage.locks import PostgresTurnLocks
+from storage.repositories.inbox import UserQueueRead
 from storage.repositories.session_state import SessionState
 from storage.repositories.sessions import SessionRepository
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
@@ -22,15 +24,15 @@ from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 def count_queue_reads(monkeypatch: pytest.MonkeyPatch) -> list[Sequence[str]]:
     """Every read of a user's queue from now on (the identities it was read for)."""
     reads: list[Sequence[str]] = []
-    original = dispatcher.user_queue
+    original = dispatcher.send_user_queue
 
     async def counted(
         scope: DriverScope, sender_keys: Sequence[str], *, limit: int = 1
-    ) -> list[PendingEvent]:
+    ) -> UserQueueRead:
         reads.append(tuple(sender_keys))
         return await original(scope, sender_keys, limit=limit)
 
-    monkeypatch.setattr(dispatcher, "user_queue", counted)
+    monkeypatch.setattr(dispatcher, "send_user_queue", counted)
     return reads
 
 
@@ -104,3 +106,31 @@ async def test_turns_route_by_the_sessions_read_with_their_queue(
         async with gateway.runtime.database.session() as db:
             sessions = await SessionRepository(db).list_for_user("alice")
     assert [session.message_count for session in sessions] == [8]
+
+
+async def test_a_drain_reads_its_first_batch_with_its_turn_lock(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the first read of a drain goes on the lock connection, in the round trip
+    that takes the user's lock (no connection or transaction of its own); on SQLite the
+    drain reads it. Either way each message is read once and answered once."""
+    read_on: list[int | None] = []  # each read's server process (None: not a lent connection)
+    original = dispatcher.send_queue_read
+
+    async def recorded(scope: DriverScope, user_id: str, keys: Sequence[str]) -> QueueRead:
+        read_on.append(scope.raw.info.backend_pid if isinstance(scope, LentConnection) else None)
+        return await original(scope, user_id, keys)
+
+    monkeypatch.setattr(dispatcher, "send_queue_read", recorded)
+    async with running_gateway(gateway_config(database_url, tmp_path)) as gateway:
+        for number in range(3):
+            await gateway.post("alice", f"message {number}", message_id=f"m{number}")
+            await gateway.wait_for_replies("alice", number + 1)
+            await gateway.wait_for_turns_to_end("alice")
+        locks = gateway.runtime.locks
+        if isinstance(locks, PostgresTurnLocks):
+            assert locks._connection is not None
+            lock_connection = (await locks._connection.get_raw_connection()).driver_connection
+            assert read_on == [lock_connection.info.backend_pid] * 3
+        else:
+            assert read_on == [None] * 3

@@ -13,9 +13,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 from structlog.testing import capture_logs
 
+from storage import driver_rows
 from storage import locks as locks_module
 from storage.database import Database
-from storage.locks import LocalTurnLocks, LockCall, PostgresTurnLocks
+from storage.driver_rows import LentConnection
+from storage.locks import LocalTurnLocks, LockAnswer, LockCall, PostgresTurnLocks
 
 
 @pytest.fixture
@@ -65,7 +67,7 @@ def lock_statements(
     seen: list[str] = []
     real_execute = locks_module._execute
 
-    async def recorded(connection: AsyncConnection, calls: list[LockCall]) -> list[bool]:
+    async def recorded(connection: AsyncConnection, calls: list[LockCall]) -> list[LockAnswer]:
         if calls and connection.engine.sync_engine is database.engine.sync_engine:
             seen.append(" ".join("take" if call.take else "release" for call in calls))
             sent()
@@ -254,3 +256,97 @@ async def test_a_lock_taken_for_a_cancelled_holder_is_released(
     await wait_until_free(other, "user:bob")
     await one.close()
     await other.close()
+
+
+async def backend_pid(scope: LentConnection) -> driver_rows.Sent:
+    """A first read: the server process it runs on."""
+    return await driver_rows.send(scope, "SELECT pg_backend_pid()", {})
+
+
+async def dividing_by_zero(scope: LentConnection) -> driver_rows.Sent:
+    """A first read the server refuses."""
+    return await driver_rows.send(scope, "SELECT 1 / CAST(:zero AS integer)", {"zero": 0})
+
+
+async def test_a_first_read_goes_with_its_take_on_the_lock_connection(
+    databases: tuple[Database, Database],
+) -> None:
+    one, other = PostgresTurnLocks(databases[0]), PostgresTurnLocks(databases[1])
+    with lock_statements(databases[0]) as statements:
+        async with one.hold_reading("user:alice", backend_pid) as alice:
+            assert alice
+            assert alice.first is not None
+            # Read where the lock is held, in the statement's round trip: its answer is in.
+            assert alice.first._cursor is not None
+            assert alice.first._cursor.pgresult is not None
+            assert await alice.first.rows() == [
+                (pid,) for pid in await lock_backend_pids(one.database)
+            ]
+            async with other.hold_reading("user:alice", backend_pid) as elsewhere:
+                assert not elsewhere
+                assert elsewhere.first is None  # sent, then dropped: the key is not this one's
+    assert statements == ["take", "release"]
+    await one.close()
+    await other.close()
+
+
+async def test_a_failed_first_read_leaves_the_locks_of_its_round_trip_held(
+    databases: tuple[Database, Database],
+) -> None:
+    one, other = PostgresTurnLocks(databases[0]), PostgresTurnLocks(databases[1])
+    async with one.hold("user:dave") as dave:
+        assert dave
+        (pid,) = await lock_backend_pids(databases[1])
+        release = asyncio.Event()
+        held: list[tuple[str, bool, object]] = []
+
+        async def hold(key: str, first: locks_module.FirstRead[driver_rows.Sent]) -> None:
+            async with one.hold_reading(key, first) as taken:
+                held.append((key, taken.taken, taken.first))
+                await release.wait()
+
+        with capture_logs() as logged, lock_statements(databases[0]) as statements:
+            tasks = [
+                asyncio.create_task(hold("user:alice", backend_pid)),
+                asyncio.create_task(hold("user:bob", dividing_by_zero)),
+                asyncio.create_task(hold("user:carol", backend_pid)),
+            ]
+            async with asyncio.timeout(10):
+                while len(held) < 3:
+                    await asyncio.sleep(0.01)
+            # One round trip took all three; the refused read aborted the reads after it
+            # and lost none of the locks: every holder reads by itself.
+            assert statements == ["take take take"]
+            assert sorted(held) == [
+                ("user:alice", True, None),
+                ("user:bob", True, None),
+                ("user:carol", True, None),
+            ]
+            for key in ("user:alice", "user:bob", "user:carol", "user:dave"):
+                async with other.hold(key) as elsewhere:
+                    assert not elsewhere
+            release.set()
+            await asyncio.gather(*tasks)
+        assert [entry["event"] for entry in logged] == ["turn_lock.first_read_failed"]
+        assert "division by zero" in logged[0]["error"]
+        # The same connection still holds Dave's lock and answers the next read.
+        async with one.hold_reading("user:erin", backend_pid) as erin:
+            assert erin.first is not None
+            assert await erin.first.rows() == [(pid,)]
+    await one.close()
+    await other.close()
+
+
+async def test_local_locks_leave_the_first_read_to_the_holder() -> None:
+    locks = LocalTurnLocks()
+
+    async def never(scope: LentConnection) -> None:
+        raise AssertionError("a local lock has no connection to read on")
+
+    async with (
+        locks.hold_reading("user:alice", never) as alice,
+        locks.hold_reading("user:alice", never) as again,
+    ):
+        assert (alice.taken, alice.first) == (True, None)
+        assert not again
+    await locks.close()
