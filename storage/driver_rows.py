@@ -43,7 +43,7 @@ import json
 import re
 import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -203,6 +203,17 @@ class Pipeline:
             await self._pipeline.sync()
         except psycopg.Error as exc:
             raise _driver_error(exc) from exc
+
+    async def recover(self) -> None:
+        """After a statement's error: take the answers of the statements queued behind it
+        (aborted, each raising again at the next wait), so the block goes on, or ends,
+        with nothing outstanding. One sync takes them all, a second finds none."""
+        if self._pipeline is None:
+            return
+        with suppress(psycopg.Error):
+            await self._pipeline.sync()
+            return
+        await self.sync()
 
 
 @asynccontextmanager

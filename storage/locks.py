@@ -23,7 +23,7 @@ import structlog
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from errors import GatewayError, StorageError
+from errors import StorageError
 from storage import driver_rows
 from storage.database import Database
 from storage.driver_rows import LentConnection
@@ -294,18 +294,18 @@ async def _execute(connection: AsyncConnection, calls: list[LockCall]) -> list[L
     sent: dict[int, Any] = {}
     async with driver_rows.pipelined(scope) as pipeline:
         cursor = await raw.execute(LOCK_CALLS, params, prepare=True)
-        for position, first in reads:
-            try:
-                sent[position] = await first(scope)
-            except GatewayError as exc:
-                log.warning("turn_lock.first_read_failed", error=str(exc))
         try:
+            for position, first in reads:
+                sent[position] = await first(scope)
             await pipeline.sync()
         except StorageError as exc:
+            # A statement's error surfaces at the first send or sync after its answer came
+            # in; the statements queued behind it were not run.
+            await pipeline.recover()
             if cursor.pgresult is None:
-                raise  # the lock statement's own failure (the reads after it never ran)
-            # A read failed: its holder (and the holders of the reads after it, which did
-            # not run) read by themselves.
+                raise  # the lock statement's own failure
+            # A read failed: its holder, and the holders of the other reads sent with it,
+            # read by themselves.
             log.warning("turn_lock.first_read_failed", error=str(exc))
             sent.clear()
         done = [bool(value) for (value,) in await cursor.fetchall()]

@@ -290,10 +290,18 @@ async def test_a_first_read_goes_with_its_take_on_the_lock_connection(
     await other.close()
 
 
+@pytest.mark.parametrize("surfacing", ["at the sync", "at the next read's send"])
 async def test_a_failed_first_read_leaves_the_locks_of_its_round_trip_held(
-    databases: tuple[Database, Database],
+    databases: tuple[Database, Database], surfacing: str
 ) -> None:
     one, other = PostgresTurnLocks(databases[0]), PostgresTurnLocks(databases[1])
+
+    async def refused(scope: LentConnection) -> driver_rows.Sent:
+        sent = await dividing_by_zero(scope)
+        if surfacing != "at the sync":
+            await asyncio.sleep(0.3)  # the error comes in before the next read is sent
+        return sent
+
     async with one.hold("user:dave") as dave:
         assert dave
         (pid,) = await lock_backend_pids(databases[1])
@@ -308,7 +316,7 @@ async def test_a_failed_first_read_leaves_the_locks_of_its_round_trip_held(
         with capture_logs() as logged, lock_statements(databases[0]) as statements:
             tasks = [
                 asyncio.create_task(hold("user:alice", backend_pid)),
-                asyncio.create_task(hold("user:bob", dividing_by_zero)),
+                asyncio.create_task(hold("user:bob", refused)),
                 asyncio.create_task(hold("user:carol", backend_pid)),
             ]
             async with asyncio.timeout(10):
