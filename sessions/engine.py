@@ -174,11 +174,16 @@ class SessionEngine:
             now,
         )
         history_rows = (*history.messages, *((pending,) if pending is not None else ()))
+        others_indexed = session.others_indexed
+        search = self._turn_search()
+        if others_indexed is None and history.after_seq == 0 and search is not None:
+            # Here, in the transaction that reads, rather than by the search in one of its own.
+            others_indexed = await search.others_indexed(db, session.user_id, session.id)
         exclusions = RecallExclusions(
             session_id=session.id,
             after_seq=history.after_seq,
             summary_sessions=frozenset(s.session_id for s in hot),
-            others_indexed=session.others_indexed,
+            others_indexed=others_indexed,
         )
         return ContextReads(
             session_id=session.id,
@@ -341,17 +346,22 @@ class SessionEngine:
         earlier = await self._recall_earlier(reads.user_id, reads.history, reads.exclusions)
         return dataclasses.replace(reads, earlier=earlier) if earlier else reads
 
+    def _turn_search(self) -> RecallSearch | None:
+        """Recall's search when it runs for every turn's message (`with_earlier`)."""
+        settings = self.recall_settings
+        return self.recall if settings is not None and settings.auto_hits >= 1 else None
+
     async def _recall_earlier(
         self, user_id: str, rows: Sequence[HistoryMessage], exclusions: RecallExclusions
     ) -> tuple[EarlierExcerpt, ...]:
-        settings = self.recall_settings
-        if self.recall is None or settings is None or settings.auto_hits < 1:
+        settings, search = self.recall_settings, self._turn_search()
+        if search is None or settings is None:
             return ()
         query = next((r.content for r in reversed(rows) if r.role == "user"), "")
         if not query.strip():
             return ()
         try:
-            hits = await self.recall.search(user_id, query, settings.auto_hits, exclude=exclusions)
+            hits = await search.search(user_id, query, settings.auto_hits, exclude=exclusions)
         except StorageError as exc:
             log.warning("recall.failed", user_id=user_id, error=str(exc))
             return ()

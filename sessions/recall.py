@@ -57,6 +57,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 
 import numpy as np
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from primitives.bounded_cache import BoundedCache
 from sessions.recall_dates import dates_named
@@ -163,6 +164,17 @@ class RecallSearch:
             found = await RecallIndexRepository(session).has_entries_outside(
                 user_id, exclusions.session_id
             )
+        if found:
+            self._with_history.put(user_id, True)
+        return found
+
+    async def others_indexed(self, db: AsyncSession, user_id: str, session_id: str) -> bool:
+        """Whether the user has entries outside the session, read in the caller's
+        transaction (a turn whose session state did not bring it: a session just created or
+        reactivated), so that `_anything_to_find` needs no transaction of its own."""
+        if self._with_history.get(user_id):
+            return True
+        found = await RecallIndexRepository(db).has_entries_outside(user_id, session_id)
         if found:
             self._with_history.put(user_id, True)
         return found

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.compaction import CompactionPolicy, Compactor
 from sessions.context import EARLIER_HEADING
 from sessions.engine import SessionEngine
-from sessions.engine_values import EngineSettings, RecallSettings
+from sessions.engine_values import ContextReads, EngineSettings, RecallSettings
 from sessions.llm import OfflineLLM
 from sessions.recall import RecallSearch
 from sessions.recall_query import query_terms
@@ -352,6 +353,54 @@ async def test_the_search_runs_after_the_turns_transaction_and_a_failure_leaves_
     context = subject.context_from(failed).context
     assert EARLIER_HEADING not in context.request.system
     assert failed.earlier == ()
+
+
+async def test_a_state_without_the_answer_is_looked_up_in_the_reading_transaction(
+    database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session just created or reactivated (its state made from the row, not read with
+    the answer): whether the user has other entries is read with the context, in the caller's
+    transaction, and the search after it looks nothing up in one of its own."""
+    first, _ = await conversation(database, [("Alice", "Acme invoice number 7 was paid.")])
+    lookups: list[AsyncSession] = []
+    original = RecallIndexRepository.has_entries_outside
+
+    async def counted(self: RecallIndexRepository, user_id: str, session_id: str) -> bool:
+        lookups.append(self.session)
+        return await original(self, user_id, session_id)
+
+    monkeypatch.setattr(RecallIndexRepository, "has_entries_outside", counted)
+    subject = engine(database, tmp_path, RecallSettings(auto_hits=3))
+
+    async def turn_reads(session_id: str) -> tuple[AsyncSession, ContextReads]:
+        async with database.session() as db:
+            state = await read_state(db, session_id)
+            assert state is not None
+            as_made = replace(state, others_indexed=None)
+            return db, await subject.read_context(db, as_made)
+
+    db, alone = await turn_reads(first)
+    assert alone.exclusions.others_indexed is False
+    assert lookups == [db]
+    assert (await subject.with_earlier(alone)).earlier == ()
+    assert lookups == [db]  # the search knew
+    second, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
+    db, later = await turn_reads(second)
+    assert later.exclusions.others_indexed is True
+    found = await subject.with_earlier(later)
+    assert [excerpt.text for excerpt in found.earlier] == ["Acme invoice number 7 was paid."]
+    assert lookups[1:] == [db]
+    # Known from then on: nothing is looked up again for her.
+    await turn_reads(second)
+    assert len(lookups) == 2
+    # With no search at each turn, nothing is looked up at all.
+    quiet = engine(database, tmp_path, RecallSettings(auto_hits=0))
+    async with database.session() as db:
+        state = await read_state(db, first)
+        assert state is not None
+        reads = await quiet.read_context(db, replace(state, others_indexed=None))
+    assert reads.exclusions.others_indexed is None
+    assert len(lookups) == 2
 
 
 async def test_a_turn_gets_passages_from_earlier_conversations_within_the_cap(
