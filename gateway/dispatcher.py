@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
-from contextlib import suppress
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,16 +27,19 @@ from gateway.identity import IdentityResolver, ResolvedUser
 from gateway.log import get_logger
 from gateway.turn_values import QueuedEvent
 from gateway.turns import TurnProcessor
+from primitives.bounded_cache import BoundedCache
 from primitives.single_flight import SingleFlight
 from storage.database import Database
 from storage.driver_rows import DriverScope, pipelined
-from storage.locks import TurnLocks
+from storage.locks import Held, TurnLocks
 from storage.repositories.inbox import InboxRepository, UserQueueRead, send_user_queue
 from storage.repositories.session_state import CurrentSessionsRead, read_current_sessions
 
 log = get_logger(__name__)
 
 DRAIN_BATCH = 16
+# Users whose turn lock another process held at the last try, remembered at most.
+CONTENDED_USERS = 10_000
 RESOLVE_SLOTS = 8  # senders resolved (looked up or provisioned) at once
 ARRIVALS_KEPT_PER_SENDER = 4  # new messages whose status waits for their sender's resolution
 
@@ -95,6 +98,12 @@ class Dispatcher:
         # New messages of senders not resolved yet, whose status shows once they are.
         self._arrivals: dict[str, list[QueuedEvent]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Users whose lock another holder had at the last try (another process, mostly: with
+        # several on one database, the one that accepted a user's messages is usually the
+        # one answering them, and the others are woken by the database's notification too):
+        # their next take goes without the queue's read, which would likely be sent for
+        # nothing; the holder reads by itself when it does take the lock.
+        self._held_elsewhere: BoundedCache[str, bool] = BoundedCache(CONTENDED_USERS)
         self._stopping = False
 
     def arrived(self, event_id: int, sender_key: str, record: Mapping[str, Any]) -> None:
@@ -254,17 +263,33 @@ class Dispatcher:
         try:
             async with self._slots:
                 keys = await self.identities.identity_keys(user.user_id)
-                # The first batch is read with the lock, in the round trip that takes it.
-                first = functools.partial(send_queue_read, user_id=user.user_id, keys=keys)
-                async with self.locks.hold_reading(f"user:{user.user_id}", first) as held:
+                async with self._take(user.user_id, keys) as held:
                     if held:
                         await self._drain_held(user, keys, held.first)
+                    else:
+                        self._held_elsewhere.put(user.user_id, True)
         except (GatewayError, OSError) as exc:
             # Typically the database going away; the events stay pending for the next pass.
             log.error("dispatcher.drain_failed", user_id=user.user_id, error=str(exc))
         finally:
             if self._drains.end(user.user_id) and not self._stopping:
                 self._drain_now(user)
+
+    def _take(
+        self, user_id: str, keys: Sequence[str]
+    ) -> AbstractAsyncContextManager[Held[QueueRead]]:
+        """The user's turn lock, with the first batch read in the round trip that takes it,
+        unless the lock was held by another holder at the last try."""
+        key = f"user:{user_id}"
+        if self._held_elsewhere.pop(user_id):
+            return self._take_without_reading(key)
+        first = functools.partial(send_queue_read, user_id=user_id, keys=keys)
+        return self.locks.hold_reading(key, first)
+
+    @asynccontextmanager
+    async def _take_without_reading(self, key: str) -> AsyncIterator[Held[QueueRead]]:
+        async with self.locks.hold(key) as taken:
+            yield Held(taken)
 
     async def _drain_held(
         self, user: ResolvedUser, keys: Sequence[str], first: QueueRead | None

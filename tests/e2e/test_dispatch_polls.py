@@ -13,8 +13,9 @@ import pytest
 from gateway import dispatcher
 from gateway.dispatcher import QueueRead
 from sessions import routing
+from storage.database import Database
 from storage.driver_rows import DriverScope, LentConnection
-from storage.locks import PostgresTurnLocks
+from storage.locks import FirstRead, Held, PostgresTurnLocks
 from storage.repositories.inbox import UserQueueRead
 from storage.repositories.session_state import SessionState
 from storage.repositories.sessions import SessionRepository
@@ -134,3 +135,50 @@ async def test_a_drain_reads_its_first_batch_with_its_turn_lock(
             assert read_on == [lock_connection.info.backend_pid] * 3
         else:
             assert read_on == [None] * 3
+
+
+async def test_a_lock_held_by_another_process_is_taken_next_without_the_read(
+    tmp_path: Path, migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When another process held a user's lock, the next take goes without the queue's read
+    (it would likely be sent for nothing); once taken, the reads go with the takes again."""
+    other = PostgresTurnLocks(Database(migrated_postgres_url))
+    async with running_gateway(gateway_config(migrated_postgres_url, tmp_path)) as gateway:
+        locks = gateway.runtime.locks
+        assert isinstance(locks, PostgresTurnLocks)
+        takes: list[str] = []
+        hold, hold_reading = locks.hold, locks.hold_reading
+
+        def plain(key: str) -> contextlib.AbstractAsyncContextManager[bool]:
+            takes.append("plain")
+            return hold(key)
+
+        def reading(
+            key: str, first: FirstRead[QueueRead]
+        ) -> contextlib.AbstractAsyncContextManager[Held[QueueRead]]:
+            takes.append("reading")
+            return hold_reading(key, first)
+
+        monkeypatch.setattr(locks, "hold", plain)
+        monkeypatch.setattr(locks, "hold_reading", reading)
+        async with other.hold("user:alice") as held_elsewhere:
+            assert held_elsewhere
+            await gateway.post("alice", "while another process answers her", message_id="c1")
+            for _ in range(200):
+                if takes:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+        assert takes[0] == "reading"
+        assert set(takes[1:]) <= {"plain"}  # polls while the other process held it
+        taken_at = len(takes)
+        await gateway.runtime.dispatcher.schedule()  # as the next poll would
+        await gateway.wait_for_replies("alice", 1)
+        await gateway.wait_for_turns_to_end("alice")
+        assert takes[taken_at:] == ["plain"]
+        await gateway.post("alice", "and now", message_id="c2")
+        await gateway.wait_for_replies("alice", 2)
+        await gateway.wait_for_turns_to_end("alice")
+        assert takes[taken_at:] == ["plain", "reading"]
+    await other.close()
+    await other.database.dispose()
