@@ -105,14 +105,25 @@ class ChannelMessage:
         return self.conversation is Conversation.DIRECT
 
     def to_record(self) -> dict[str, Any]:
-        """A JSON-serialisable dict without `raw` (which is stored on its own)."""
-        record = asdict(self)
-        del record["raw"]
-        record["channel_type"] = self.channel_type.value
-        record["timestamp"] = self.timestamp.astimezone(UTC).isoformat()
-        record["reply_context"] = dict(self.reply_context)
-        record["conversation"] = self.conversation.value
-        return record
+        """A JSON-serialisable dict without `raw` (which is stored on its own). Field by
+        field: `asdict` copied the whole platform payload only for it to be dropped (half
+        of what accepting a Slack event cost past the HTTP layer)."""
+        return {
+            "channel_type": self.channel_type.value,
+            "channel_id": self.channel_id,
+            "message_id": self.message_id,
+            "user_identifier": self.user_identifier,
+            "content": self.content,
+            "timestamp": self.timestamp.astimezone(UTC).isoformat(),
+            "thread_id": self.thread_id,
+            "tenant": self.tenant,
+            "attachments": tuple(asdict(attachment) for attachment in self.attachments),
+            "forwarded": asdict(self.forwarded) if self.forwarded is not None else None,
+            "reply_context": dict(self.reply_context),
+            "references": self.references,
+            "conversation": self.conversation.value,
+            "subject": self.subject,
+        }
 
     @classmethod
     def from_record(
