@@ -30,13 +30,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from primitives.bounded_cache import BoundedCache
 from sessions.compaction import as_history
 from sessions.context import HistoryMessage
-from sessions.memory import RetentionPolicy
-from storage.models import Organization, SessionSummary
+from sessions.memory import RetentionPolicy, SessionSummary
+from storage.driver_rows import pipelined
+from storage.models import Organization
 from storage.repositories.compactions import CompactionRepository
-from storage.repositories.memory import MemoryRepository
+from storage.repositories.memory import send_fact_texts
 from storage.repositories.session_state import SessionState
 from storage.repositories.sessions import SessionRepository
-from storage.repositories.summaries import SummaryRepository
+from storage.repositories.summaries import send_recent_summaries
 from storage.repositories.users import OrganizationRepository
 
 
@@ -187,14 +188,16 @@ class MemoryCache:
         """The user's facts (oldest first) and summaries within the retention window."""
         cached = self._entries.get(user_id)
         if cached is None:
-            facts = await MemoryRepository(db).facts(user_id, limit=self.max_facts)
-            summaries = await SummaryRepository(db).recent(
-                user_id,
-                since=self.retention.cutoff(now),
-                exclude_session_id=None,
-                limit=self.max_summaries,
+            async with pipelined(db):  # one round trip for both
+                facts = await send_fact_texts(db, user_id, limit=self.max_facts)
+                summaries = await send_recent_summaries(
+                    db, user_id, since=self.retention.cutoff(now), limit=self.max_summaries
+                )
+                fact_rows, summary_rows = await facts.rows(), await summaries.rows()
+            cached = UserMemory(
+                tuple(fact for (fact,) in reversed(fact_rows)),
+                tuple(SessionSummary(*row) for row in summary_rows),
             )
-            cached = UserMemory(tuple(f.fact for f in reversed(facts)), tuple(summaries))
             self._entries.put(user_id, cached)
         cutoff = self.retention.cutoff(now)
         # Summaries only age out of the window between reads; none can enter it unseen.

@@ -54,7 +54,6 @@ from sessions.llm import (
     TokenEstimator,
     estimate_tokens,
 )
-from sessions.memory import SessionSummary
 from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.recall import RecallSearch
 from sessions.recall_tool import SEARCH_TOOL, run_search_tool
@@ -166,12 +165,7 @@ class SessionEngine:
         organization = await self.organizations.get(db, session.org_id)
         facts, summaries = await self.memories.read(db, session.user_id, now)
         hot = self.settings.retention.select(
-            [
-                SessionSummary(s.session_id, s.summary, s.created_at)
-                for s in summaries
-                if s.session_id != session.id
-            ],
-            now,
+            [summary for summary in summaries if summary.session_id != session.id], now
         )
         history_rows = (*history.messages, *((pending,) if pending is not None else ()))
         others_indexed = session.others_indexed

@@ -7,8 +7,22 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from storage import driver_rows
 from storage.models import UserMemoryFact
 from storage.repositories._sql import dialect_insert
+
+_FACT_TEXTS = (
+    "SELECT fact FROM user_memory_facts WHERE user_id = :user_id"
+    " ORDER BY created_at DESC, id DESC LIMIT :limit"
+)
+
+
+async def send_fact_texts(
+    scope: driver_rows.DriverScope, user_id: str, *, limit: int
+) -> driver_rows.Sent:
+    """Read the texts of the user's newest facts, newest first (rows of one column); in a
+    `driver_rows.pipelined` block without waiting (see `send_recent_summaries`)."""
+    return await driver_rows.send(scope, _FACT_TEXTS, {"user_id": user_id, "limit": limit})
 
 
 class MemoryRepository:
