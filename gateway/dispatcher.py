@@ -100,9 +100,9 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         # Users whose lock another holder had at the last try (another process, mostly: with
         # several on one database, the one that accepted a user's messages is usually the
-        # one answering them, and the others are woken by the database's notification too):
-        # their next take goes without the queue's read, which would likely be sent for
-        # nothing; the holder reads by itself when it does take the lock.
+        # one answering them, and every other one's poll of the whole inbox finds them
+        # pending meanwhile): their next take goes without the queue's read, which would
+        # likely be sent for nothing; the holder reads by itself when it does take the lock.
         self._held_elsewhere: BoundedCache[str, bool] = BoundedCache(CONTENDED_USERS)
         self._stopping = False
 
