@@ -3,35 +3,24 @@ already in context, the search tool, the passages a turn gets, and how far each 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from sessions.compaction import CompactionPolicy, Compactor
-from sessions.context import EARLIER_HEADING
-from sessions.engine import SessionEngine
-from sessions.engine_values import ContextReads, EngineSettings, RecallSettings
-from sessions.llm import OfflineLLM
 from sessions.recall import RecallSearch
 from sessions.recall_query import query_terms
 from sessions.recall_search import WHEN_CANDIDATES, OneSearch
-from sessions.recall_tool import SEARCH_TOOL_NAME, run_search_tool
+from sessions.recall_tool import run_search_tool
 from sessions.recall_values import (
-    IndexQuery,
     RecallBounds,
     RecallExclusions,
     RecallHit,
     RecallOptions,
 )
 from storage.database import Database
-from storage.local_transcripts import LocalTranscriptStore
 from storage.models import SessionSummary
-from storage.recall_entries import TURN, SearchBound
+from storage.recall_entries import SearchBound
 from storage.recall_index import RecallIndexRepository
 from storage.repositories.session_state import latest_active, read_state
 from storage.repositories.sessions import SessionRepository
@@ -308,125 +297,6 @@ async def test_the_search_tool_answers_with_dated_passages(database: Database) -
         await run_search_tool(recall, {"query": "Acme", "since": "last week"}, "alice")
     with pytest.raises(ValueError, match="query"):
         await run_search_tool(recall, {}, "alice")
-
-
-def engine(database: Database, tmp_path: Path, recall: RecallSettings | None) -> SessionEngine:
-    policy = CompactionPolicy(budget_tokens=50_000)
-    llm = OfflineLLM()
-    return SessionEngine(
-        database,
-        Compactor(database, LocalTranscriptStore(tmp_path), llm, policy, clock=lambda: T0),
-        llm,
-        EngineSettings(system_prompt="Be brief.", max_tokens=500, compaction=policy),
-        clock=lambda: T0 + timedelta(days=30),
-        recall=recall,
-    )
-
-
-async def test_the_search_runs_after_the_turns_transaction_and_a_failure_leaves_it_out(
-    database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    await conversation(database, [("Alice", "Acme invoice number 7 was paid.")], day=0)
-    current, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
-    subject = engine(database, tmp_path, RecallSettings(auto_hits=3))
-    async with database.session() as db:
-        session = await read_state(db, current)
-        assert session is not None
-        reads = await subject.read_context(db, session)
-    # Nothing is searched in the caller's transaction; the passages come after it.
-    assert reads.earlier == ()
-    found = await subject.with_earlier(reads)
-    assert [excerpt.text for excerpt in found.earlier] == ["Acme invoice number 7 was paid."]
-
-    async def broken(self: IndexQuery, index: RecallIndexRepository, *_: object) -> None:
-        if self.kinds != (TURN,):
-            await index.session.execute(text("SELECT * FROM no_such_table"))
-        # The turns' half fails too, later, with its connection in hand meanwhile.
-        await index.session.execute(text("SELECT 1"))
-        await asyncio.sleep(0.2)
-        await index.session.execute(text("SELECT * FROM no_such_table"))
-
-    monkeypatch.setattr(IndexQuery, "run", broken)
-    failed = await subject.with_earlier(reads)
-    # The other half ended with the search: none is left running, holding a connection.
-    assert database.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-    context = subject.context_from(failed).context
-    assert EARLIER_HEADING not in context.request.system
-    assert failed.earlier == ()
-
-
-async def test_a_state_without_the_answer_is_looked_up_in_the_reading_transaction(
-    database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A session just created or reactivated (its state made from the row, not read with
-    the answer): whether the user has other entries is read with the context, in the caller's
-    transaction, and the search after it looks nothing up in one of its own."""
-    first, _ = await conversation(database, [("Alice", "Acme invoice number 7 was paid.")])
-    lookups: list[AsyncSession] = []
-    original = RecallIndexRepository.has_entries_outside
-
-    async def counted(self: RecallIndexRepository, user_id: str, session_id: str) -> bool:
-        lookups.append(self.session)
-        return await original(self, user_id, session_id)
-
-    monkeypatch.setattr(RecallIndexRepository, "has_entries_outside", counted)
-    subject = engine(database, tmp_path, RecallSettings(auto_hits=3))
-
-    async def turn_reads(session_id: str) -> tuple[AsyncSession, ContextReads]:
-        async with database.session() as db:
-            state = await read_state(db, session_id)
-            assert state is not None
-            as_made = replace(state, others_indexed=None)
-            return db, await subject.read_context(db, as_made)
-
-    db, alone = await turn_reads(first)
-    assert alone.exclusions.others_indexed is False
-    assert lookups == [db]
-    assert (await subject.with_earlier(alone)).earlier == ()
-    assert lookups == [db]  # the search knew
-    second, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
-    db, later = await turn_reads(second)
-    assert later.exclusions.others_indexed is True
-    found = await subject.with_earlier(later)
-    assert [excerpt.text for excerpt in found.earlier] == ["Acme invoice number 7 was paid."]
-    assert lookups[1:] == [db]
-    # Known from then on: nothing is looked up again for her.
-    await turn_reads(second)
-    assert len(lookups) == 2
-    # With no search at each turn, nothing is looked up at all.
-    quiet = engine(database, tmp_path, RecallSettings(auto_hits=0))
-    async with database.session() as db:
-        state = await read_state(db, first)
-        assert state is not None
-        reads = await quiet.read_context(db, replace(state, others_indexed=None))
-    assert reads.exclusions.others_indexed is None
-    assert len(lookups) == 2
-
-
-async def test_a_turn_gets_passages_from_earlier_conversations_within_the_cap(
-    database: Database, tmp_path: Path
-) -> None:
-    for day in range(6):
-        await conversation(database, [("Alice", f"Acme invoice number {day} was paid.")], day=day)
-    current, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
-
-    context, _ = await engine(database, tmp_path, RecallSettings(auto_hits=3)).assemble_context(
-        current
-    )
-    system = context.request.system
-    assert EARLIER_HEADING in system
-    passages = system.split(EARLIER_HEADING, 1)[1].strip().splitlines()
-    assert len(passages) == 3
-    assert all("Acme invoice number" in line and "Alice" in line for line in passages)
-    assert SEARCH_TOOL_NAME in {tool.name for tool in context.request.tools}
-
-    capped = engine(database, tmp_path, RecallSettings(auto_hits=5, auto_context_tokens=30))
-    context, _ = await capped.assemble_context(current)
-    assert len(context.request.system.split(EARLIER_HEADING, 1)[1].strip().splitlines()) == 1
-
-    context, _ = await engine(database, tmp_path, None).assemble_context(current)
-    assert EARLIER_HEADING not in context.request.system
-    assert not context.request.tools
 
 
 def test_reference_coverage_counts_the_messages_words_found_in_a_summary() -> None:
