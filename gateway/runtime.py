@@ -44,9 +44,10 @@ from sessions.toolbox import McpToolbox
 from sessions.turn import TurnService
 from storage.column_types import utcnow
 from storage.database import Database
-from storage.inbox_signal import InboxListener, InboxNotifier
+from storage.inbox_signal import InboxNotifier, inbox_listener
 from storage.local_transcripts import LocalTranscriptStore
 from storage.locks import TurnLocks, turn_locks_for
+from storage.memory_signal import memory_listener
 from storage.repositories.admin import AdminRepository
 from storage.repositories.outbox import OutboxRepository
 from storage.transcripts import TranscriptStore
@@ -57,6 +58,8 @@ Role = Literal["all", "accept", "turns"]
 # Text kept of one file (about 15,000 tokens): under a third of the default history budget, so
 # a long document is read in part rather than pushing the whole conversation out.
 FILE_TEXT_CHARS = 60_000
+# How long a user's cached memory is kept where every change to it is announced (PostgreSQL).
+ANNOUNCED_MEMORY_TTL = 600.0
 
 
 def open_transcript_store(settings: TranscriptsConfig) -> TranscriptStore:
@@ -394,7 +397,8 @@ class GatewayRuntime:
 
     def start_background(self) -> None:
         """Start the dispatcher, the outbox sender and the background jobs (not in a process
-        that only accepts); a turn worker also listens for the accepting process's news."""
+        that only accepts); a turn worker also listens for the accepting process's news, and on
+        PostgreSQL every process that runs turns for changes to users' memory."""
         if self.role == "accept":
             return
         loops: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
@@ -403,8 +407,16 @@ class GatewayRuntime:
             ("jobs", self.jobs.run),
         ]
         if self.role == "turns":
-            listener = InboxListener(self.database.url, self.dispatcher.notify)
+            listener = inbox_listener(self.database.url, self.dispatcher.notify)
             loops.append(("inbox-listener", listener.run))
+        if not self.database.is_sqlite:
+            # Any process's change to a user's memory reaches this one's cache at once, so
+            # a copy is kept longer than a TTL alone would allow.
+            memories = self.engine.memories
+            loops.append(
+                ("memory-listener", memory_listener(self.database.url, memories.changed).run)
+            )
+            memories.announced(ttl=ANNOUNCED_MEMORY_TTL)
         for name, loop in loops:
             self._tasks.append(asyncio.create_task(loop(), name=name))
 
@@ -416,7 +428,7 @@ class GatewayRuntime:
         self.outbox.stop()
         self.jobs.stop()
         for task in self._tasks:
-            if task.get_name() == "inbox-listener":
+            if task.get_name() in ("inbox-listener", "memory-listener"):
                 task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)

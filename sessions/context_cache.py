@@ -206,3 +206,16 @@ class MemoryCache:
     def forget(self, user_id: str) -> None:
         """Drop the user's entry (this process just wrote a fact or a summary)."""
         self._entries.pop(user_id)
+
+    def changed(self, user_id: str | None) -> None:
+        """A user's memory changed somewhere (`storage.memory_signal`): drop their entry;
+        None (changes may have been missed): drop every entry."""
+        if user_id is None:
+            self._entries.clear()
+        else:
+            self._entries.pop(user_id)
+
+    def announced(self, *, ttl: float) -> None:
+        """Every change is announced from now on (`changed`): entries may be kept `ttl`
+        seconds (a copy outlives a change only while the announcements are cut off)."""
+        self._entries.ttl = ttl

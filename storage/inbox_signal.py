@@ -102,13 +102,15 @@ class InboxNotifier:
         await self._disconnect()
 
 
-class InboxListener:
-    """Calls `on_sender(sender)` for every sender the accepting process announces, and
-    `on_sender(None)` after (re)connecting, when announcements may have been missed."""
+class Listener:
+    """Calls `on_item(item)` for every newline-separated item notified on `channel`, and
+    `on_item(None)` after (re)connecting, when notifications may have been missed. One
+    connection of its own, kept open and reconnected after a loss."""
 
-    def __init__(self, url: URL, on_sender: Callable[[str | None], None]) -> None:
+    def __init__(self, url: URL, channel: str, on_item: Callable[[str | None], None]) -> None:
         self.url = libpq_url(url)
-        self.on_sender = on_sender
+        self.channel = channel
+        self.on_item = on_item
 
     async def run(self) -> None:
         """Listen until cancelled, reconnecting after a lost connection."""
@@ -117,13 +119,23 @@ class InboxListener:
                 async with await psycopg.AsyncConnection.connect(
                     self.url, autocommit=True, connect_timeout=5
                 ) as connection:
-                    await connection.execute(f"LISTEN {CHANNEL}")
-                    log.info("inbox.listening", channel=CHANNEL)
-                    self.on_sender(None)
+                    await connection.execute(f"LISTEN {self.channel}")
+                    log.info("notifications.listening", channel=self.channel)
+                    self.on_item(None)
                     async for notification in connection.notifies():
-                        for sender in notification.payload.split("\n"):
-                            if sender:
-                                self.on_sender(sender)
+                        for item in notification.payload.split("\n"):
+                            if item:
+                                self.on_item(item)
             except (psycopg.Error, OSError) as exc:
-                log.warning("inbox.listen_failed", error=str(exc).splitlines()[0])
+                log.warning(
+                    "notifications.listen_failed",
+                    channel=self.channel,
+                    error=str(exc).splitlines()[0],
+                )
             await asyncio.sleep(RECONNECT_DELAY)
+
+
+def inbox_listener(url: URL, on_sender: Callable[[str | None], None]) -> Listener:
+    """Calls `on_sender(sender)` for every sender the accepting process announces, and
+    `on_sender(None)` after (re)connecting, when announcements may have been missed."""
+    return Listener(url, CHANNEL, on_sender)
