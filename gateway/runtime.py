@@ -58,8 +58,6 @@ Role = Literal["all", "accept", "turns"]
 # Text kept of one file (about 15,000 tokens): under a third of the default history budget, so
 # a long document is read in part rather than pushing the whole conversation out.
 FILE_TEXT_CHARS = 60_000
-# How long a user's cached memory is kept where every change to it is announced (PostgreSQL).
-ANNOUNCED_MEMORY_TTL = 600.0
 
 
 def open_transcript_store(settings: TranscriptsConfig) -> TranscriptStore:
@@ -411,12 +409,10 @@ class GatewayRuntime:
             loops.append(("inbox-listener", listener.run))
         if not self.database.is_sqlite:
             # Any process's change to a user's memory reaches this one's cache at once, so
-            # a copy is kept longer than a TTL alone would allow.
+            # a copy is kept longer than a TTL alone would allow, while it is heard.
             memories = self.engine.memories
-            loops.append(
-                ("memory-listener", memory_listener(self.database.url, memories.changed).run)
-            )
-            memories.announced(ttl=ANNOUNCED_MEMORY_TTL)
+            listener = memory_listener(self.database.url, memories.changed, memories.unheard)
+            loops.append(("memory-listener", listener.run))
         for name, loop in loops:
             self._tasks.append(asyncio.create_task(loop(), name=name))
 

@@ -13,7 +13,9 @@ every message since the compaction loaded again on every turn. Here:
   summaries for `ttl` seconds. Their writers are the configuration (every process applies its
   own), compaction and the leader's summary job; a write in this process forgets the entry at
   once (`forget`), one in another process is seen within `ttl`. Facts and summaries describe
-  sessions that ended hours before, so that delay is invisible in a conversation.
+  sessions that ended hours before, so that delay is invisible in a conversation. On
+  PostgreSQL every change to a user's memory is announced (`storage.memory_signal`): while
+  they are heard (`changed`), a memory entry is dropped at once and kept `announced_ttl`.
 
 Every cache is bounded (least recently used entries go first).
 """
@@ -165,7 +167,8 @@ class UserMemory:
 
 
 class MemoryCache:
-    """Users' memory facts and recent summaries, each read at most once per `ttl` seconds."""
+    """Users' memory facts and recent summaries, each read at most once per `ttl` seconds,
+    or per `announced_ttl` while every change to them is heard (`changed`)."""
 
     def __init__(
         self,
@@ -174,12 +177,14 @@ class MemoryCache:
         retention: RetentionPolicy,
         *,
         ttl: float = 60.0,
+        announced_ttl: float = 600.0,
         max_users: int = 20_000,
     ) -> None:
         self.max_facts = max_facts
         # One more than shown: the current session's own summary may be among them.
         self.max_summaries = max_summaries + 1
         self.retention = retention
+        self.ttl, self.announced_ttl = ttl, announced_ttl
         self._entries: BoundedCache[str, UserMemory] = BoundedCache(max_users, ttl=ttl)
 
     async def read(
@@ -208,14 +213,16 @@ class MemoryCache:
         self._entries.pop(user_id)
 
     def changed(self, user_id: str | None) -> None:
-        """A user's memory changed somewhere (`storage.memory_signal`): drop their entry;
-        None (changes may have been missed): drop every entry."""
+        """A user's memory changed somewhere (`storage.memory_signal`): drop their entry.
+        None: the announcements are heard (again), and some may have been missed: drop every
+        entry, and keep the next ones `announced_ttl` seconds."""
         if user_id is None:
             self._entries.clear()
+            self._entries.ttl = self.announced_ttl
         else:
             self._entries.pop(user_id)
 
-    def announced(self, *, ttl: float) -> None:
-        """Every change is announced from now on (`changed`): entries may be kept `ttl`
-        seconds (a copy outlives a change only while the announcements are cut off)."""
-        self._entries.ttl = ttl
+    def unheard(self) -> None:
+        """The announcements are cut off: entries are kept `ttl` seconds again (a copy read
+        before outlives a change made meanwhile by that long at most)."""
+        self._entries.ttl = self.ttl

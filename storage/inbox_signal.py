@@ -103,14 +103,22 @@ class InboxNotifier:
 
 
 class Listener:
-    """Calls `on_item(item)` for every newline-separated item notified on `channel`, and
-    `on_item(None)` after (re)connecting, when notifications may have been missed. One
-    connection of its own, kept open and reconnected after a loss."""
+    """Calls `on_item(item)` for every newline-separated item notified on `channel`,
+    `on_item(None)` after (re)connecting, when notifications may have been missed, and
+    `on_lost()` (if given) when the connection is lost or cannot be made. One connection of
+    its own, kept open and reconnected after a loss."""
 
-    def __init__(self, url: URL, channel: str, on_item: Callable[[str | None], None]) -> None:
+    def __init__(
+        self,
+        url: URL,
+        channel: str,
+        on_item: Callable[[str | None], None],
+        on_lost: Callable[[], None] | None = None,
+    ) -> None:
         self.url = libpq_url(url)
         self.channel = channel
         self.on_item = on_item
+        self.on_lost = on_lost
 
     async def run(self) -> None:
         """Listen until cancelled, reconnecting after a lost connection."""
@@ -132,6 +140,8 @@ class Listener:
                     channel=self.channel,
                     error=str(exc).splitlines()[0],
                 )
+                if self.on_lost is not None:
+                    self.on_lost()
             await asyncio.sleep(RECONNECT_DELAY)
 
 

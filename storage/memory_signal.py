@@ -18,7 +18,9 @@ from storage.inbox_signal import Listener
 CHANNEL = "gateway_memory"
 
 
-def memory_listener(url: URL, on_user: Callable[[str | None], None]) -> Listener:
-    """Calls `on_user(user_id)` for every user whose memory changed in any process, and
-    `on_user(None)` after (re)connecting."""
-    return Listener(url, CHANNEL, on_user)
+def memory_listener(
+    url: URL, on_user: Callable[[str | None], None], on_lost: Callable[[], None]
+) -> Listener:
+    """Calls `on_user(user_id)` for every user whose memory changed in any process,
+    `on_user(None)` after (re)connecting, and `on_lost()` when the connection is lost."""
+    return Listener(url, CHANNEL, on_user, on_lost)

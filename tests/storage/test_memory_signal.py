@@ -50,7 +50,11 @@ async def listening(database: Database, cache: MemoryCache) -> AsyncIterator[lis
         heard.append(user_id)
         cache.changed(user_id)
 
-    task = asyncio.create_task(memory_listener(database.url, changed).run())
+    def lost() -> None:
+        cache.unheard()
+        heard.append(f"(lost: kept {cache._entries.ttl:.0f} s)")
+
+    task = asyncio.create_task(memory_listener(database.url, changed, lost).run())
     await until(lambda: heard == [None])  # connected: every copy dropped
     try:
         yield heard
@@ -69,9 +73,9 @@ async def test_a_change_in_any_process_drops_the_users_cached_memory(
         for user_id in ("alice", "bob"):
             await UserRepository(db).upsert(user_id, "acme", user_id.title())
     await remember(database, "alice", "team", "Alice works in sales.")
-    cache = MemoryCache(50, 3, RetentionPolicy())
-    cache.announced(ttl=3600)
+    cache = MemoryCache(50, 3, RetentionPolicy(), ttl=60, announced_ttl=3600)
     async with listening(database, cache) as heard:
+        assert cache._entries.ttl == 3600  # heard: copies kept longer
         assert await facts_of(cache, database, "alice") == ("Alice works in sales.",)
         assert await facts_of(cache, database, "bob") == ()
         # Another process learns a fact about Alice: her copy goes, Bob's stays.
@@ -98,5 +102,7 @@ async def test_a_change_in_any_process_drops_the_users_cached_memory(
             )
             await connection.commit()
         await until(lambda: heard[-1] is None)
+        assert heard[-2] == "(lost: kept 60 s)"  # meanwhile, copies kept a minute again
+        assert cache._entries.ttl == 3600
     await database.dispose()
     await elsewhere.dispose()
