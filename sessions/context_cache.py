@@ -220,7 +220,7 @@ class MemoryCache:
             self._entries.clear()
             self._entries.ttl = self.announced_ttl
         else:
-            self._entries.pop(user_id)
+            self.forget(user_id)
 
     def unheard(self) -> None:
         """The announcements are cut off: entries are kept `ttl` seconds again (a copy read

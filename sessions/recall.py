@@ -161,17 +161,13 @@ class RecallSearch:
             return exclusions.others_indexed
         lookup = self.database.reading if self.database.is_sqlite else self.database.single
         async with lookup() as session:
-            found = await RecallIndexRepository(session).has_entries_outside(
-                user_id, exclusions.session_id
-            )
-        if found:
-            self._with_history.put(user_id, True)
-        return found
+            return await self.others_indexed(session, user_id, exclusions.session_id)
 
     async def others_indexed(self, db: AsyncSession, user_id: str, session_id: str) -> bool:
         """Whether the user has entries outside the session, read in the caller's
-        transaction (a turn whose session state did not bring it: a session just created or
-        reactivated), so that `_anything_to_find` needs no transaction of its own."""
+        transaction (a turn whose session state did not bring it, a session just created or
+        reactivated, reads it with its context, so `_anything_to_find` needs no transaction
+        of its own); users found to have some are remembered."""
         if self._with_history.get(user_id):
             return True
         found = await RecallIndexRepository(db).has_entries_outside(user_id, session_id)

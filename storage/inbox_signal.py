@@ -5,8 +5,9 @@ finds all pending work by polling the inbox (once a second), which also recovers
 crashed process left; a notification makes it start a user's turn at once instead. The
 accepting process coalesces the senders of the messages it committed while a notification
 was on its way into the next one (`InboxNotifier`), so a burst costs a few statements; each
-worker keeps one connection listening (`InboxListener`). Both use psycopg directly, on
-autocommit connections of their own: a notification is one round trip, outside any pool.
+worker keeps one connection listening (`inbox_listener`, a `storage.notifications.Listener`).
+Both use psycopg directly, on autocommit connections of their own: a notification is one
+round trip, outside any pool.
 
 A lost notification (a worker reconnecting) costs at most the poll interval, never a message:
 the inbox row is the record, the notification only a hint.
@@ -22,17 +23,13 @@ import psycopg
 import structlog
 from sqlalchemy.engine import URL
 
+from storage.notifications import Listener, libpq_url
+
 log = structlog.stdlib.get_logger(__name__)
 
 CHANNEL = "gateway_inbox"
 # PostgreSQL's payload limit is 8000 bytes; senders are joined by newlines under it.
 MAX_PAYLOAD = 7900
-RECONNECT_DELAY = 1.0
-
-
-def libpq_url(url: URL) -> str:
-    """The SQLAlchemy URL as psycopg connects to it."""
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def payloads(senders: list[str]) -> list[str]:
@@ -100,49 +97,6 @@ class InboxNotifier:
         if self._flushing is not None:
             await asyncio.gather(self._flushing, return_exceptions=True)
         await self._disconnect()
-
-
-class Listener:
-    """Calls `on_item(item)` for every newline-separated item notified on `channel`,
-    `on_item(None)` after (re)connecting, when notifications may have been missed, and
-    `on_lost()` (if given) when the connection is lost or cannot be made. One connection of
-    its own, kept open and reconnected after a loss."""
-
-    def __init__(
-        self,
-        url: URL,
-        channel: str,
-        on_item: Callable[[str | None], None],
-        on_lost: Callable[[], None] | None = None,
-    ) -> None:
-        self.url = libpq_url(url)
-        self.channel = channel
-        self.on_item = on_item
-        self.on_lost = on_lost
-
-    async def run(self) -> None:
-        """Listen until cancelled, reconnecting after a lost connection."""
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, connect_timeout=5
-                ) as connection:
-                    await connection.execute(f"LISTEN {self.channel}")
-                    log.info("notifications.listening", channel=self.channel)
-                    self.on_item(None)
-                    async for notification in connection.notifies():
-                        for item in notification.payload.split("\n"):
-                            if item:
-                                self.on_item(item)
-            except (psycopg.Error, OSError) as exc:
-                log.warning(
-                    "notifications.listen_failed",
-                    channel=self.channel,
-                    error=str(exc).splitlines()[0],
-                )
-                if self.on_lost is not None:
-                    self.on_lost()
-            await asyncio.sleep(RECONNECT_DELAY)
 
 
 def inbox_listener(url: URL, on_sender: Callable[[str | None], None]) -> Listener:

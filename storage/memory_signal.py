@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import URL
 
-from storage.inbox_signal import Listener
+from storage.notifications import Listener
 
 CHANNEL = "gateway_memory"
 

@@ -256,10 +256,3 @@ async def send_user_queue(
         {"limit": limit, **{f"key_{i}": key for i, key in enumerate(sender_keys)}},
     )
     return UserQueueRead(sent)
-
-
-async def user_queue(
-    scope: driver_rows.DriverScope, sender_keys: Sequence[str], *, limit: int = 1
-) -> list[PendingEvent]:
-    """The oldest unfinished events sent from any of these identities (one user's queue)."""
-    return await (await send_user_queue(scope, sender_keys, limit=limit)).events()

@@ -28,7 +28,12 @@ from storage.models import (
     SessionStatus,
     UserChannelIdentity,
 )
-from storage.repositories.inbox import InboxRepository, NewInboundEvent, accept_events, user_queue
+from storage.repositories.inbox import (
+    InboxRepository,
+    NewInboundEvent,
+    accept_events,
+    send_user_queue,
+)
 from storage.repositories.outbox import OutboxRepository, mark_delivered
 from storage.repositories.session_state import latest_active
 from storage.repositories.sessions import SessionRepository
@@ -364,12 +369,14 @@ async def test_inbox_accepts_a_message_id_once(database: Database) -> None:
         inbox = InboxRepository(session)
         assert await inbox.pending_senders() == ["web:alice", "slack:T1:U1"]
         assert await inbox.pending_ids_of_sender("web:alice") == [first, later]
-        queue = await user_queue(session, ["web:alice", "slack:T1:U1"], limit=10)
+        queue = await (
+            await send_user_queue(session, ["web:alice", "slack:T1:U1"], limit=10)
+        ).events()
         assert [event.id for event in queue] == [first, other_channel, later]
         assert await inbox.finish(first, InboundStatus.DONE, at=T0)
         assert not await inbox.finish(first, InboundStatus.REJECTED, at=T0)
         assert await inbox.record_failure(later, "boom") == 1
-        queue = await user_queue(session, ["web:alice"])
+        queue = await (await send_user_queue(session, ["web:alice"])).events()
     assert [event.id for event in queue] == [later]
 
 
