@@ -20,7 +20,12 @@ from gateway.log import get_logger
 from gateway.settings import GatewayConfig, IdentityConfig
 from primitives.bounded_cache import BoundedCache
 from storage.database import Database
-from storage.repositories.users import OrganizationRepository, UserRepository, identity_conflict
+from storage.repositories.users import (
+    OrganizationRepository,
+    UserRepository,
+    identity_conflict,
+    sender_owner,
+)
 
 log = get_logger(__name__)
 
@@ -145,8 +150,8 @@ class IdentityResolver:
         if cached is not None:
             return cached
         channel, _, external_id = sender_key.partition(":")
-        async with self.database.single() as session:
-            owner = await UserRepository(session).sender(channel, external_id)
+        async with self.database.statement(writes=False) as db:
+            owner = await sender_owner(db, channel, external_id)
         if owner is None:
             self._cache.pop(sender_key)
             return None

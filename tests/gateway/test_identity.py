@@ -18,7 +18,9 @@ from gateway.identity import IdentityResolver, ResolvedUser, provisioned_user_id
 from gateway.inbox import sender_key
 from gateway.log import configure_logging
 from gateway.settings import GatewayConfig
+from storage import driver_rows
 from storage.database import Database
+from storage.driver_rows import DriverScope
 from storage.models import Organization, User, UserChannelIdentity
 from storage.repositories.users import UserRepository
 
@@ -265,7 +267,7 @@ async def test_identity_keys_list_every_sender_key_of_the_user(database: Databas
 
 
 async def test_looking_a_sender_up_reads_their_user_and_every_queue_in_one_statement(
-    database: Database,
+    database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = config()
     await sync_identities(database, settings)
@@ -277,6 +279,13 @@ async def test_looking_a_sender_up_reads_their_user_and_every_queue_in_one_state
     def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         statements.append(statement)
 
+    run_statement = driver_rows.rows
+
+    async def counted(db: DriverScope, sql: str, *args: Any, **kwargs: Any) -> Any:
+        statements.append(sql)
+        return await run_statement(db, sql, *args, **kwargs)
+
+    monkeypatch.setattr(driver_rows, "rows", counted)
     alice = await resolver.known_sender("slack:T0001:U0001")
     keys = await resolver.identity_keys("alice")
 
