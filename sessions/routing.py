@@ -28,7 +28,12 @@ from sessions.lifecycle import transition
 from storage.database import Database
 from storage.models import Session, SessionStatus
 from storage.repositories.outbox import OutboxRepository
-from storage.repositories.session_state import CurrentSessions, SessionState, latest_active
+from storage.repositories.session_state import (
+    CurrentSessions,
+    SessionState,
+    insert_session,
+    latest_active,
+)
 from storage.repositories.sessions import SessionRepository
 
 log = structlog.stdlib.get_logger(__name__)
@@ -163,11 +168,11 @@ async def resolve_session(
             return Route(
                 SessionState.of(candidate), "reference", reactivated=True, thread_taken=thread_taken
             )
-    created = await SessionRepository(session).create(
-        arrival.user_id, arrival.org_id, scope_channel=scope_channel, at=now
+    created = await insert_session(
+        session, arrival.user_id, arrival.org_id, scope_channel=scope_channel, at=now
     )
     log.info("session.created", session_id=created.id, user_id=arrival.user_id)
-    return Route(SessionState.of(created), "new", thread_taken=thread_taken)
+    return Route(created, "new", thread_taken=thread_taken)
 
 
 async def _continued(

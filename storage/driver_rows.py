@@ -113,7 +113,13 @@ def numbered(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _psycopg_value(value: Any) -> Any:
-    return Json(value.value) if isinstance(value, JsonValue) else value
+    if isinstance(value, JsonValue):
+        return Json(value.value)
+    if isinstance(value, datetime) and value.tzinfo is None:
+        # psycopg would read it in the connection's time zone: refused, as the ORM's column
+        # type refuses it.
+        raise StorageError("naive datetime given for a UTC timestamp")
+    return value
 
 
 def _sqlite_value(value: Any) -> Any:
@@ -121,7 +127,7 @@ def _sqlite_value(value: Any) -> Any:
         return json.dumps(value.value)
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            raise ValueError("naive datetime given for a UTC timestamp")
+            raise StorageError("naive datetime given for a UTC timestamp")
         return value.astimezone(UTC).strftime(_SQLITE_DATETIME)
     return value
 

@@ -14,7 +14,7 @@ from errors import StorageError
 from storage import driver_rows
 from storage.column_types import utcnow
 from storage.models import Session, SessionChannel, SessionMessage, SessionStatus
-from storage.repositories._sql import new_session_id
+from storage.repositories.session_state import insert_session
 from storage.turn_store import MessageToStore, store_turn_messages
 
 _RECORD_CHANNEL = """INSERT INTO session_channels
@@ -46,20 +46,13 @@ class SessionRepository:
     async def create(
         self, user_id: str, org_id: str, *, scope_channel: str | None = None, at: datetime
     ) -> Session:
-        """Start a new active session for the user."""
-        row = Session(
-            id=new_session_id(),
-            user_id=user_id,
-            org_id=org_id,
-            scope_channel=scope_channel,
-            status=SessionStatus.ACTIVE.value,
-            created_at=at,
-            updated_at=at,
-            last_active_at=at,
-            current_since=at,
+        """Start a new active session for the user (`insert_session`) and load its row."""
+        state = await insert_session(
+            self.session, user_id, org_id, scope_channel=scope_channel, at=at
         )
-        self.session.add(row)
-        await self.session.flush()
+        row = await self.session.get(Session, state.id)
+        if row is None:
+            raise StorageError("the new session was not found", key=state.id)
         return row
 
     async def get(self, session_id: str, *, for_update: bool = False) -> Session | None:
