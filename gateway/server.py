@@ -27,11 +27,9 @@ log = get_logger(__name__)
 # Seconds the responses still open when the server stops may take to finish; then they are
 # cancelled (the platforms resend what was not acknowledged; web clients reconnect).
 SHUTDOWN_GRACE = 10
-TURN_WORKER_NICENESS = 15
-"""How much lower a turn worker's scheduling priority is than the accepting process's: under
-Linux's scheduler a niceness of 15 weighs 36 against 1,024, so a request that arrives while
-the workers fill every core runs almost at once (at 5, a third as much, the acknowledgements'
-p99 at 200 Slack events a second was 23-30 ms against 12-15 ms at 15; `bench/README.md`)."""
+TURN_WORKER_NICENESS = 5
+"""How much lower a turn worker's scheduling priority is than the accepting process's (under
+Linux's scheduler a niceness of 5 weighs about a third)."""
 
 
 class GatewayServer(uvicorn.Server):
