@@ -186,6 +186,8 @@ class MemoryCache:
         self.retention = retention
         self.ttl, self.announced_ttl = ttl, announced_ttl
         self._entries: BoundedCache[str, UserMemory] = BoundedCache(max_users, ttl=ttl)
+        # Counts the changes heard: a read that a change overtook is not kept (below).
+        self._changes = 0
 
     async def read(
         self, db: AsyncSession, user_id: str, now: datetime
@@ -193,6 +195,7 @@ class MemoryCache:
         """The user's facts (oldest first) and summaries within the retention window."""
         cached = self._entries.get(user_id)
         if cached is None:
+            changes = self._changes
             async with pipelined(db):  # one round trip for both
                 facts = await send_fact_texts(db, user_id, limit=self.max_facts)
                 summaries = await send_recent_summaries(
@@ -203,13 +206,18 @@ class MemoryCache:
                 tuple(fact for (fact,) in reversed(fact_rows)),
                 tuple(SessionSummary(*row) for row in summary_rows),
             )
-            self._entries.put(user_id, cached)
+            # A change heard while the read was out may have committed after its snapshot:
+            # kept, the copy would hide it for as long as an entry lives (ten minutes while
+            # announcements are heard). This turn uses what it read; the next one reads again.
+            if self._changes == changes:
+                self._entries.put(user_id, cached)
         cutoff = self.retention.cutoff(now)
         # Summaries only age out of the window between reads; none can enter it unseen.
         return cached.facts, tuple(s for s in cached.summaries if s.created_at >= cutoff)
 
     def forget(self, user_id: str) -> None:
         """Drop the user's entry (this process just wrote a fact or a summary)."""
+        self._changes += 1
         self._entries.pop(user_id)
 
     def changed(self, user_id: str | None) -> None:
@@ -217,6 +225,7 @@ class MemoryCache:
         None: the announcements are heard (again), and some may have been missed: drop every
         entry, and keep the next ones `announced_ttl` seconds."""
         if user_id is None:
+            self._changes += 1
             self._entries.clear()
             self._entries.ttl = self.announced_ttl
         else:

@@ -7,13 +7,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 
+from sessions import context_cache
 from sessions.context import HistoryMessage
-from sessions.context_cache import HistoryCache
+from sessions.context_cache import HistoryCache, MemoryCache
+from sessions.memory import RetentionPolicy
 from storage.database import Database
 from storage.models import SessionCompaction
 from storage.repositories.compactions import CompactionRepository
+from storage.repositories.memory import MemoryRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
 from storage.turn_store import MessageToStore, store_turn_messages
@@ -120,3 +124,47 @@ async def test_a_session_with_no_message_yet_is_not_read_and_then_grows_as_usual
     assert (history.messages, history.summary, statements) == ((), None, [])
     await store(database, session_id, "one")
     assert await cached_texts(cache, database, session_id) == ["one"]
+
+
+async def test_a_memory_read_that_a_change_overtook_is_used_once_and_not_kept(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with database.session() as db:
+        await OrganizationRepository(db).upsert("acme", "Acme")
+        await UserRepository(db).upsert("alice", "acme", "Alice")
+
+    async def remember(fact_key: str, fact: str) -> None:
+        async with database.session() as db:
+            await MemoryRepository(db).remember(
+                "alice",
+                fact_key=fact_key,
+                fact=fact,
+                category="fact",
+                source_session_id=None,
+                at=T0,
+            )
+
+    async def facts() -> tuple[str, ...]:
+        async with database.session() as db:
+            found, _ = await cache.read(db, "alice", T0)
+        return found
+
+    cache = MemoryCache(50, 3, RetentionPolicy(), ttl=600)
+    await remember("team", "Alice works in sales.")
+    send = context_cache.send_fact_texts
+
+    async def overtaken(db: Any, user_id: str, **kwargs: Any) -> Any:
+        sent = await send(db, user_id, **kwargs)
+        cache.changed(user_id)  # a change announced while the read is out
+        return sent
+
+    with monkeypatch.context() as patched:
+        patched.setattr(context_cache, "send_fact_texts", overtaken)
+        assert await facts() == ("Alice works in sales.",)
+    # Not kept: the next turn reads again (what the announced change wrote, here one that
+    # no listener of this test hears).
+    await remember("city", "Alice lives in Lyon.")
+    assert await facts() == ("Alice works in sales.", "Alice lives in Lyon.")
+    # A read nothing overtook is kept.
+    await remember("pet", "Alice has a cat.")
+    assert await facts() == ("Alice works in sales.", "Alice lives in Lyon.")
