@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -64,14 +64,16 @@ from sessions.turn_values import (
     new_outbound_id,
 )
 from storage.database import Database
-from storage.driver_rows import pipelined
+from storage.driver_rows import Pipeline, RequirementError, Sent, pipelined
 from storage.models import InboundStatus
 from storage.models import ToolConfirmation as ToolConfirmationRow
-from storage.repositories.outbox import OutboxRepository, QueuedReply
+from storage.repositories.outbox import OutboxRepository, SentReply
 from storage.repositories.sessions import SessionRepository
 from storage.transcripts import SessionRef, TranscriptStore
 from storage.turn_store import (
+    EVENT_ANSWERED_ELSEWHERE,
     MessageToStore,
+    SentMessages,
     TurnUsage,
     finish_inbound_event,
     send_turn_messages,
@@ -204,9 +206,12 @@ class TurnService:
         now = self.clock()
         async with self.database.session() as db:
             # The ORM's writes first (a tool turn's): the block below is driver statements
-            # sent without waiting for each other, two round trips in all with the commit.
+            # sent without waiting for each other. On PostgreSQL they go with their COMMIT in
+            # one round trip, checking what must hold themselves (the event still pending,
+            # the session's last number still the one read); on SQLite the answers are
+            # checked below, before the session commits.
             await self.calls.record(db, session_id, arrival.user_id, confirmed, outcome, now=now)
-            async with pipelined(db):
+            async with _turn_write(db, turn.event_id) as pipeline:
                 # Numbered after the last message the turn read: under the user's turn lock
                 # nothing else appends to the session (confirmed below, before the commit).
                 sent = await send_turn_messages(
@@ -239,7 +244,7 @@ class TurnService:
                     seq=first_seq,
                     error=failure,
                 )
-                outbound = await self._enqueue(
+                queued = await self._enqueue(
                     db,
                     turn,
                     reply_text,
@@ -249,11 +254,8 @@ class TurnService:
                     at=now,
                     live=live,
                 )
-                if not await finished.rows():
-                    raise TurnSupersededError(
-                        "the event was answered elsewhere", key=str(turn.event_id)
-                    )
-                await sent.confirm()
+                await _commit_checked(pipeline, turn.event_id, finished, sent)
+                outbound = None if turn.reply_to.delivered_on_store else await queued.value()
         last_seq = first_seq + len(to_store) - 1
         # Nothing waits for a yes after this turn when none waited (or it answered the one
         # that did) and it asked none.
@@ -410,12 +412,12 @@ class TurnService:
         kind: str,
         at: datetime,
         live: Mapping[str, Any] | None = None,
-    ) -> QueuedReply | None:
+    ) -> SentReply:
         address = turn.reply_to
         reply_context = dict(address.reply_context)
         if live is not None:
             reply_context[LIVE_REPLY_KEY] = dict(live)
-        row = await OutboxRepository(db).enqueue(
+        return await OutboxRepository(db).send_enqueue(
             delivered=address.delivered_on_store,
             message_id=outbound_id,
             channel_type=address.channel_type,
@@ -431,7 +433,35 @@ class TurnService:
             at=at,
             claimed_until=at + self.reply_lease,
         )
-        return None if address.delivered_on_store else row
+
+
+@asynccontextmanager
+async def _turn_write(db: AsyncSession, event_id: int) -> AsyncIterator[Pipeline]:
+    """The pipelined block of a turn's writes. A requirement its statements found unmet
+    (PostgreSQL) surfaces at the next statement sent or at the commit: the event answered
+    elsewhere is `TurnSupersededError`. After any statement's error, the answers still queued
+    (aborted) are taken before the block ends, so the session rolls back a clean connection."""
+    async with pipelined(db) as pipeline:
+        try:
+            yield pipeline
+        except StorageError as failed:
+            await pipeline.recover()
+            if isinstance(failed, RequirementError) and failed.reason == EVENT_ANSWERED_ELSEWHERE:
+                raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id)) from failed
+            raise
+
+
+async def _commit_checked(
+    pipeline: Pipeline, event_id: int, finished: Sent, sent: SentMessages
+) -> None:
+    """Commit a turn's writes if its event was still pending and its session's last number
+    still the one it read: on PostgreSQL the statements check and the `COMMIT` goes with
+    them (`_turn_write` maps what they refuse); on SQLite the answers are checked here and the
+    session commits when it ends."""
+    await pipeline.commit()
+    if not await finished.rows():
+        raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id))
+    await sent.confirm()
 
 
 def _with_files(pending: HistoryMessage, text: str, files: TurnFiles) -> HistoryMessage:

@@ -177,7 +177,31 @@ async def _driver(session: DriverScope) -> tuple[Any, bool]:
     return raw, sqlite
 
 
+REQUIREMENT_SQLSTATE = "GW409"
+"""What `gateway_require(ok, reason)` raises when `ok` is not true (PostgreSQL, migration
+0009): a statement's condition that must abort the transaction, as `RequirementError`."""
+
+
+def required(reason: str) -> str:
+    """The SQL condition of a one-row aggregate that raises `reason` unless exactly one row
+    was aggregated: `SELECT max(id) FROM changed HAVING {required('…')}` returns that row's
+    value, or aborts the transaction (an aggregate's HAVING is evaluated once, rows or not).
+    `reason` is our own constant: written into the SQL as a literal."""
+    return "gateway_require(count(*) = 1, '" + reason.replace("'", "''") + "')"
+
+
+class RequirementError(StorageError):
+    """A statement's requirement (`required`) was not met; `reason` is the one it gave. The
+    transaction is aborted."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def _driver_error(exc: psycopg.Error | sqlite3.Error) -> StorageError:
+    if isinstance(exc, psycopg.Error) and exc.sqlstate == REQUIREMENT_SQLSTATE:
+        return RequirementError(exc.diag.message_primary or "a requirement was not met")
     lines = str(exc).strip().splitlines()
     return StorageError(f"database error: {lines[0] if lines else type(exc).__name__}")
 
@@ -200,6 +224,21 @@ class Pipeline:
     """A `pipelined` block's pipeline (None on SQLite, where the block changes nothing)."""
 
     _pipeline: psycopg.AsyncPipeline | None
+    _connection: psycopg.AsyncConnection[Any] | None = None
+
+    async def commit(self) -> None:
+        """Commit the transaction with what is queued, in one round trip (PostgreSQL): the
+        block's statements must check what has to hold themselves (`required`), since no
+        answer is looked at before the `COMMIT`; an error of any of them aborts the
+        transaction and raises here. The session's own commit then has nothing left to do
+        (psycopg sends nothing for an idle connection). On SQLite nothing: the session
+        commits when it ends, after its caller has checked the answers."""
+        if self._pipeline is None or self._connection is None:
+            return
+        try:
+            await self._connection.commit()
+        except psycopg.Error as exc:
+            raise _driver_error(exc) from exc
 
     async def sync(self) -> None:
         """Send what is queued and wait for all of it (the next wait would)."""
@@ -241,11 +280,17 @@ async def pipelined(session: DriverScope) -> AsyncIterator[Pipeline]:
         async with raw.pipeline() as pipeline:
             token = _PIPELINE.set((raw, pipeline))
             try:
-                yield Pipeline(pipeline)
+                yield Pipeline(pipeline, raw)
             finally:
                 _PIPELINE.reset(token)
     except psycopg.Error as exc:
         raise _driver_error(exc) from exc
+
+
+async def on_sqlite(session: DriverScope) -> bool:
+    """Whether the scope's database is SQLite (its connection, once known, is remembered for
+    the transaction: no cost)."""
+    return (await _driver(session))[1]
 
 
 async def _connection(session: DriverScope) -> tuple[Any, bool, psycopg.AsyncPipeline | None]:

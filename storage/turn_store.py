@@ -11,8 +11,11 @@ work was still about half of what is left of it. In a `driver_rows.pipelined` bl
 out with the caller's next statement that is waited for. `store_turn_messages` waits for the
 counters' statement (its sequence numbers go into the rest); a turn, which read the session's
 last number under the user's turn lock, numbers its messages from that and does not wait
-(`send_turn_messages`): the counters' update is guarded by the number read, and confirmed
-before the commit.
+(`send_turn_messages`): the counters' update is guarded by the number read. A turn's writes
+are checked before they commit: on SQLite by the caller, reading the answers (`SentMessages.
+confirm`, the event's finish found pending); on PostgreSQL by the statements themselves
+(`driver_rows.required`), so that the writes go with their `COMMIT` in one round trip
+(`driver_rows.Pipeline.commit`).
 """
 
 from __future__ import annotations
@@ -64,6 +67,15 @@ _COUNTERS = """UPDATE sessions SET
     WHERE id = :session_id __AFTER__ RETURNING last_seq"""
 _COUNTERS_NEXT = _COUNTERS.replace("__AFTER__", "")
 _COUNTERS_AFTER = _COUNTERS.replace("__AFTER__", "AND last_seq = :after_seq")
+SESSION_MOVED_ON = "the session moved on while the turn ran"
+EVENT_ANSWERED_ELSEWHERE = "the event was answered elsewhere"
+# PostgreSQL: the same statements, aborting the transaction when they change no row (a turn's
+# writes go with their COMMIT in one round trip, `driver_rows.Pipeline.commit`); the same row
+# back when they do.
+_COUNTERS_AFTER_REQUIRED = (
+    f"WITH counted AS ({_COUNTERS_AFTER}) SELECT max(last_seq) FROM counted"  # noqa: S608
+    f" HAVING {driver_rows.required(SESSION_MOVED_ON)}"
+)
 _MESSAGE_COLUMNS = (
     "session_id",
     "seq",
@@ -81,6 +93,10 @@ _FINISH = """UPDATE inbound_events SET status = :status, processed_at = :at, err
     user_id = COALESCE(:user_id, user_id), session_id = COALESCE(:session_id, session_id),
     appended_seq = COALESCE(CAST(:seq AS INTEGER), appended_seq)
     WHERE id = :event_id AND status = 'pending' RETURNING id"""
+_FINISH_REQUIRED = (
+    f"WITH finished AS ({_FINISH}) SELECT max(id) FROM finished"  # noqa: S608
+    f" HAVING {driver_rows.required(EVENT_ANSWERED_ELSEWHERE)}"
+)
 
 
 @functools.lru_cache(maxsize=16)
@@ -103,9 +119,7 @@ class SentMessages:
         """Raise `StorageError` when the session's last number was no longer the one read
         (or the session is gone): the transaction must roll back."""
         if not await self.counters.rows():
-            raise StorageError(
-                "the session's messages moved on while the turn ran", key=self.session_id
-            )
+            raise StorageError(SESSION_MOVED_ON, key=self.session_id)
 
 
 async def store_turn_messages(
@@ -142,9 +156,13 @@ async def send_turn_messages(
     `driver_rows.pipelined` block nothing waits, one round trip fewer than
     `store_turn_messages`. `SentMessages.confirm` before committing: if the number had
     moved, the counters' update changed nothing and the transaction must not commit (its
-    numbers usually collide with stored messages first, an error of their own)."""
+    numbers usually collide with stored messages first, an error of their own). On
+    PostgreSQL the counters' statement then aborts the transaction itself (`SESSION_MOVED_ON`,
+    as `driver_rows.RequirementError`)."""
     counters = await driver_rows.send(
-        db, _COUNTERS_AFTER, {**_counters(session_id, messages, at, usage), "after_seq": after_seq}
+        db,
+        _COUNTERS_AFTER if await driver_rows.on_sqlite(db) else _COUNTERS_AFTER_REQUIRED,
+        {**_counters(session_id, messages, at, usage), "after_seq": after_seq},
     )
     await _send_messages(db, session_id, messages, after_seq + 1, at)
     return SentMessages(session_id, after_seq + 1, counters)
@@ -220,10 +238,12 @@ async def finish_inbound_event(
 ) -> driver_rows.Sent:
     """Mark a pending event finished (with where its message went); in a `pipelined` block
     without waiting. Its rows are none when the event was not pending any more, which must
-    roll the caller's transaction back: someone else answered."""
+    roll the caller's transaction back: someone else answered. On PostgreSQL the statement
+    itself then aborts the transaction (`driver_rows.RequirementError`, its reason
+    `EVENT_ANSWERED_ELSEWHERE`), so the caller may commit before looking."""
     return await driver_rows.send(
         db,
-        _FINISH,
+        _FINISH if await driver_rows.on_sqlite(db) else _FINISH_REQUIRED,
         {
             "status": status.value,
             "at": at,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -103,13 +103,31 @@ def _mark_delivered(count: int) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SentReply:
+    """A reply `OutboxRepository.send_enqueue` stored; `value` is the row, with its id."""
+
+    sent: driver_rows.Sent
+    reply: QueuedReply  # its id not known yet
+
+    async def value(self) -> QueuedReply:
+        """The stored reply (in a pipeline, once the answer is in: waiting for it if not)."""
+        ((row_id,),) = await self.sent.rows()
+        return replace(self.reply, id=row_id)
+
+
 class OutboxRepository:
     """The durable outbox of replies."""
 
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def enqueue(
+    async def enqueue(self, **reply: Any) -> QueuedReply:
+        """Commit a reply for sending, with the arguments of `send_enqueue`; the row, waited
+        for."""
+        return await (await self.send_enqueue(**reply)).value()
+
+    async def send_enqueue(
         self,
         *,
         message_id: str,
@@ -127,10 +145,12 @@ class OutboxRepository:
         attachment: dict[str, Any] | None = None,
         delivered: bool = False,
         claimed_until: datetime | None = None,
-    ) -> QueuedReply:
+    ) -> SentReply:
         """Commit a reply for sending (the caller's transaction commits it); `delivered` for
         channels whose clients fetch replies themselves, where being stored is being sent;
-        `claimed_until` for a reply the caller sends itself, as if claimed with that lease."""
+        `claimed_until` for a reply the caller sends itself, as if claimed with that lease. In
+        a `driver_rows.pipelined` block the INSERT is queued: the row with its id comes
+        through `SentReply.value`."""
         status, next_attempt_at = OutboundStatus.PENDING, at
         if delivered:
             status = OutboundStatus.DELIVERED
@@ -158,22 +178,26 @@ class OutboxRepository:
             "platform_message_id": message_id if delivered else None,
         }
         # Every reply of every turn: through the driver (`storage.driver_rows`).
-        ((row_id,),) = await driver_rows.rows(self.session, _ENQUEUE, values)
-        return QueuedReply(
-            id=row_id,
-            message_id=message_id,
-            channel_type=channel_type,
-            channel_id=channel_id,
-            thread_id=thread_id,
-            content=content,
-            user_id=user_id,
-            session_id=session_id,
-            in_reply_to=in_reply_to,
-            kind=kind,
-            reply_context=reply_context,
-            attachment=attachment,
-            attempts=0,
-            created_at=at,
+        sent = await driver_rows.send(self.session, _ENQUEUE, values)
+        # Its id comes with the answer (`SentReply.value`).
+        return SentReply(
+            sent,
+            QueuedReply(
+                id=0,
+                message_id=message_id,
+                channel_type=channel_type,
+                channel_id=channel_id,
+                thread_id=thread_id,
+                content=content,
+                user_id=user_id,
+                session_id=session_id,
+                in_reply_to=in_reply_to,
+                kind=kind,
+                reply_context=reply_context,
+                attachment=attachment,
+                attempts=0,
+                created_at=at,
+            ),
         )
 
     async def claim_due(
