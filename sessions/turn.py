@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -213,7 +213,7 @@ class TurnService:
             await self.calls.record(db, session_id, arrival.user_id, confirmed, outcome, now=now)
             async with _turn_write(db, turn.event_id) as pipeline:
                 # Numbered after the last message the turn read: under the user's turn lock
-                # nothing else appends to the session (confirmed below, before the commit).
+                # nothing else appends to the session (checked before anything commits).
                 sent = await send_turn_messages(
                     db,
                     session_id,
@@ -445,7 +445,9 @@ async def _turn_write(db: AsyncSession, event_id: int) -> AsyncIterator[Pipeline
         try:
             yield pipeline
         except StorageError as failed:
-            await pipeline.recover()
+            # A connection that broke fails here too: the session's rollback meets it.
+            with suppress(StorageError):
+                await pipeline.recover()
             if isinstance(failed, RequirementError) and failed.reason == EVENT_ANSWERED_ELSEWHERE:
                 raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id)) from failed
             raise
