@@ -9,9 +9,9 @@ Runs while the gateway holds the user's turn lock, so a user's turns never inter
            on SQLite); in a transaction when routing creates, archives or reactivates one
     model  (no transaction) compaction first when due (PreCompact archive, then summary),
            then the model, with its tool rounds
-    write  (one transaction) the user's message and everything the turn produced, the
-           session's counters and usage, the channel it came through, the reply in the
-           outbox and the inbound event finished: all or nothing
+    write  (one transaction, `sessions.turn_write`) the user's message and everything the
+           turn produced, the session's counters and usage, the channel it came through,
+           the reply in the outbox and the inbound event finished: all or nothing
     after  the transcript segment and, every few messages, the topic
 
 Nothing of the turn is stored before its answer is: a crash (or a model failure that the
@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext, suppress
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import datetime, timedelta
-from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -55,29 +54,11 @@ from sessions.routing import (
     route_current,
 )
 from sessions.turn_tools import WaitingCalls
-from sessions.turn_values import (
-    LIVE_REPLY_KEY,
-    LLM_APOLOGY_TEXT,
-    TurnResult,
-    TurnSupersededError,
-    UserTurn,
-    new_outbound_id,
-)
+from sessions.turn_values import LLM_APOLOGY_TEXT, TurnResult, UserTurn, new_outbound_id
+from sessions.turn_write import TurnReply, messages_to_store, write_turn
 from storage.database import Database
-from storage.driver_rows import Pipeline, RequirementError, Sent, pipelined
-from storage.models import InboundStatus
 from storage.models import ToolConfirmation as ToolConfirmationRow
-from storage.repositories.outbox import OutboxRepository, SentReply
-from storage.repositories.sessions import SessionRepository
 from storage.transcripts import SessionRef, TranscriptStore
-from storage.turn_store import (
-    EVENT_ANSWERED_ELSEWHERE,
-    MessageToStore,
-    SentMessages,
-    TurnUsage,
-    finish_inbound_event,
-    send_turn_messages,
-)
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -172,90 +153,16 @@ class TurnService:
         if taken is not None and taken.problems:
             reply_text = f"{reply_text}\n\n" + " ".join(taken.problems)
         reply_id = new_outbound_id()
-        to_store = [
-            MessageToStore(
-                role="user",
-                channel_type=arrival.channel_type,
-                thread_id=arrival.thread_id,
-                content=pending.content,
-                message_id=turn.message_id,
-                # What later turns resend: the stored text (the files' native pages and
-                # pictures go with this turn only).
-                tokens=estimate_tokens(pending.content),
-                metadata={**turn.metadata, "files": list(taken.records)}
-                if taken is not None
-                else turn.metadata,
-            ),
-            *(
-                MessageToStore(
-                    role=message.role,
-                    channel_type=arrival.channel_type,
-                    thread_id=arrival.thread_id,
-                    content=message.content,
-                    tokens=message.tokens,
-                    message_id=reply_id if position == len(produced) - 1 else None,
-                    in_reply_to=turn.message_id if position == len(produced) - 1 else None,
-                    # Tool calls and results are kept block by block, to be resent exactly.
-                    metadata={"blocks": list(message.blocks)}
-                    if any(block.get("type") != "text" for block in message.blocks)
-                    else {},
-                )
-                for position, message in enumerate(produced)
-            ),
-        ]
+        to_store = messages_to_store(turn, pending.content, taken, produced, reply_id)
+        reply = TurnReply(reply_text, reply_id, outcome, failure, live)
         now = self.clock()
         async with self.database.session() as db:
-            # The ORM's writes first (a tool turn's): the block below is driver statements
-            # sent without waiting for each other. On PostgreSQL they go with their COMMIT in
-            # one round trip, checking what must hold themselves (the event still pending,
-            # the session's last number still the one read); on SQLite the answers are
-            # checked below, before the session commits.
+            # The ORM's writes first (a tool turn's), then the turn's own, driver statements
+            # in one pipeline (`sessions.turn_write`).
             await self.calls.record(db, session_id, arrival.user_id, confirmed, outcome, now=now)
-            async with _turn_write(db, turn.event_id) as pipeline:
-                # Numbered after the last message the turn read: under the user's turn lock
-                # nothing else appends to the session (checked before anything commits).
-                sent = await send_turn_messages(
-                    db,
-                    session_id,
-                    to_store,
-                    after_seq=route.session.last_seq,
-                    at=now,
-                    usage=TurnUsage(
-                        outcome.input_tokens, outcome.output_tokens, outcome.context_tokens
-                    )
-                    if outcome
-                    else None,
-                )
-                first_seq = sent.first_seq
-                await SessionRepository(db).record_channel(
-                    session_id,
-                    arrival.channel_type,
-                    arrival.channel_id,
-                    "" if route.thread_taken else arrival.thread_id,
-                    at=now,
-                )
-                finished = await finish_inbound_event(
-                    db,
-                    turn.event_id,
-                    InboundStatus.DONE if outcome else InboundStatus.FAILED,
-                    at=now,
-                    user_id=arrival.user_id,
-                    session_id=session_id,
-                    seq=first_seq,
-                    error=failure,
-                )
-                queued = await self._enqueue(
-                    db,
-                    turn,
-                    reply_text,
-                    outbound_id=reply_id,
-                    session_id=session_id,
-                    kind="reply" if outcome else "notice",
-                    at=now,
-                    live=live,
-                )
-                await _commit_checked(pipeline, turn.event_id, finished, sent)
-                outbound = None if turn.reply_to.delivered_on_store else await queued.value()
+            first_seq, outbound = await write_turn(
+                db, turn, route, to_store, reply, at=now, reply_lease=self.reply_lease
+            )
         last_seq = first_seq + len(to_store) - 1
         # Nothing waits for a yes after this turn when none waited (or it answered the one
         # that did) and it asked none.
@@ -400,70 +307,6 @@ class TurnService:
             return None
         async with self.waiting():  # storing and reading files are waits, not work
             return await self.files.take(ref, turn.files, progress)
-
-    async def _enqueue(
-        self,
-        db: AsyncSession,
-        turn: UserTurn,
-        text: str,
-        *,
-        outbound_id: str,
-        session_id: str,
-        kind: str,
-        at: datetime,
-        live: Mapping[str, Any] | None = None,
-    ) -> SentReply:
-        address = turn.reply_to
-        reply_context = dict(address.reply_context)
-        if live is not None:
-            reply_context[LIVE_REPLY_KEY] = dict(live)
-        return await OutboxRepository(db).send_enqueue(
-            delivered=address.delivered_on_store,
-            message_id=outbound_id,
-            channel_type=address.channel_type,
-            channel_id=address.channel_id,
-            thread_id=address.thread_id,
-            in_reply_to=turn.message_id,
-            kind=kind,
-            content=text,
-            user_id=turn.arrival.user_id,
-            session_id=session_id,
-            inbound_event_id=turn.event_id,
-            reply_context=reply_context,
-            at=at,
-            claimed_until=at + self.reply_lease,
-        )
-
-
-@asynccontextmanager
-async def _turn_write(db: AsyncSession, event_id: int) -> AsyncIterator[Pipeline]:
-    """The pipelined block of a turn's writes. A requirement its statements found unmet
-    (PostgreSQL) surfaces at the next statement sent or at the commit: the event answered
-    elsewhere is `TurnSupersededError`. After any statement's error, the answers still queued
-    (aborted) are taken before the block ends, so the session rolls back a clean connection."""
-    async with pipelined(db) as pipeline:
-        try:
-            yield pipeline
-        except StorageError as failed:
-            # A connection that broke fails here too: the session's rollback meets it.
-            with suppress(StorageError):
-                await pipeline.recover()
-            if isinstance(failed, RequirementError) and failed.reason == EVENT_ANSWERED_ELSEWHERE:
-                raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id)) from failed
-            raise
-
-
-async def _commit_checked(
-    pipeline: Pipeline, event_id: int, finished: Sent, sent: SentMessages
-) -> None:
-    """Commit a turn's writes if its event was still pending and its session's last number
-    still the one it read: on PostgreSQL the statements check and the `COMMIT` goes with
-    them (`_turn_write` maps what they refuse); on SQLite the answers are checked here and the
-    session commits when it ends."""
-    await pipeline.commit()
-    if not await finished.rows():
-        raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id))
-    await sent.confirm()
 
 
 def _with_files(pending: HistoryMessage, text: str, files: TurnFiles) -> HistoryMessage:

@@ -1,0 +1,212 @@
+"""A turn's write (`write_turn`): the user's message and everything the turn produced, the
+session's counters and usage, the channel it came through, the inbound event finished and
+the reply in the outbox, committed together or not at all.
+
+The statements go through the driver in one pipeline (`storage.driver_rows`). On PostgreSQL
+the `COMMIT` follows them in the same round trip, and what the turn must not commit without
+(its event still pending, its session's last number still the one it read under the user's
+turn lock) the statements check themselves (`storage.turn_store`): a refusal aborts the
+transaction and surfaces at the next statement sent or at the commit. On SQLite the answers
+are checked before the caller's session commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from errors import StorageError
+from sessions.engine_values import NewMessage, TurnOutcome
+from sessions.files.turn_files import TurnFiles
+from sessions.llm import estimate_tokens
+from sessions.routing import Route
+from sessions.turn_values import LIVE_REPLY_KEY, TurnSupersededError, UserTurn
+from storage.driver_rows import Pipeline, RequirementError, Sent, pipelined
+from storage.models import InboundStatus
+from storage.repositories.outbox import OutboxRepository, QueuedReply, SentReply
+from storage.repositories.sessions import SessionRepository
+from storage.turn_store import (
+    EVENT_ANSWERED_ELSEWHERE,
+    MessageToStore,
+    SentMessages,
+    TurnUsage,
+    finish_inbound_event,
+    send_turn_messages,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnReply:
+    """The reply a turn writes: its text and outbox id, the outcome it came from (None: the
+    model failed, `failure` says how, and the reply is an apology), and the live message it
+    finishes, if any."""
+
+    text: str
+    outbound_id: str
+    outcome: TurnOutcome | None
+    failure: str | None = None
+    live: Mapping[str, Any] | None = None
+
+
+def messages_to_store(
+    turn: UserTurn,
+    content: str,
+    files: TurnFiles | None,
+    produced: Sequence[NewMessage],
+    reply_id: str,
+) -> list[MessageToStore]:
+    """The user's message (`content`: its text with the files' text) and what the turn
+    produced, the last of it the reply, as the write stores them."""
+    arrival = turn.arrival
+    last = len(produced) - 1
+    return [
+        MessageToStore(
+            role="user",
+            channel_type=arrival.channel_type,
+            thread_id=arrival.thread_id,
+            content=content,
+            message_id=turn.message_id,
+            # What later turns resend: the stored text (the files' native pages and
+            # pictures go with this turn only).
+            tokens=estimate_tokens(content),
+            metadata={**turn.metadata, "files": list(files.records)}
+            if files is not None
+            else turn.metadata,
+        ),
+        *(
+            MessageToStore(
+                role=message.role,
+                channel_type=arrival.channel_type,
+                thread_id=arrival.thread_id,
+                content=message.content,
+                tokens=message.tokens,
+                message_id=reply_id if position == last else None,
+                in_reply_to=turn.message_id if position == last else None,
+                # Tool calls and results are kept block by block, to be resent exactly.
+                metadata={"blocks": list(message.blocks)}
+                if any(block.get("type") != "text" for block in message.blocks)
+                else {},
+            )
+            for position, message in enumerate(produced)
+        ),
+    ]
+
+
+async def write_turn(
+    db: AsyncSession,
+    turn: UserTurn,
+    route: Route,
+    to_store: Sequence[MessageToStore],
+    reply: TurnReply,
+    *,
+    at: datetime,
+    reply_lease: timedelta,
+) -> tuple[int, QueuedReply | None]:
+    """Write the turn in the caller's transaction (committed here on PostgreSQL); the first
+    sequence number stored and the reply, claimed by this process for `reply_lease` (None
+    on a pull channel, where being stored is being delivered). Raises
+    `TurnSupersededError` when the event was finished elsewhere, `StorageError` when the
+    session's messages moved on: nothing is then written."""
+    arrival, session_id, outcome = turn.arrival, route.session.id, reply.outcome
+    async with _pipelined_write(db, turn.event_id) as pipeline:
+        # Numbered after the last message the turn read: under the user's turn lock
+        # nothing else appends to the session (checked before anything commits).
+        sent = await send_turn_messages(
+            db,
+            session_id,
+            to_store,
+            after_seq=route.session.last_seq,
+            at=at,
+            usage=TurnUsage(outcome.input_tokens, outcome.output_tokens, outcome.context_tokens)
+            if outcome
+            else None,
+        )
+        await SessionRepository(db).record_channel(
+            session_id,
+            arrival.channel_type,
+            arrival.channel_id,
+            "" if route.thread_taken else arrival.thread_id,
+            at=at,
+        )
+        finished = await finish_inbound_event(
+            db,
+            turn.event_id,
+            InboundStatus.DONE if outcome else InboundStatus.FAILED,
+            at=at,
+            user_id=arrival.user_id,
+            session_id=session_id,
+            seq=sent.first_seq,
+            error=reply.failure,
+        )
+        queued = await _send_reply(db, turn, session_id, reply, at=at, lease=reply_lease)
+        await _commit_checked(pipeline, turn.event_id, finished, sent)
+        outbound = None if turn.reply_to.delivered_on_store else await queued.value()
+    return sent.first_seq, outbound
+
+
+async def _send_reply(
+    db: AsyncSession,
+    turn: UserTurn,
+    session_id: str,
+    reply: TurnReply,
+    *,
+    at: datetime,
+    lease: timedelta,
+) -> SentReply:
+    """The reply's outbox row, queued already claimed by this process for `lease`."""
+    address = turn.reply_to
+    reply_context = dict(address.reply_context)
+    if reply.live is not None:
+        reply_context[LIVE_REPLY_KEY] = dict(reply.live)
+    return await OutboxRepository(db).send_enqueue(
+        delivered=address.delivered_on_store,
+        message_id=reply.outbound_id,
+        channel_type=address.channel_type,
+        channel_id=address.channel_id,
+        thread_id=address.thread_id,
+        in_reply_to=turn.message_id,
+        kind="reply" if reply.outcome else "notice",
+        content=reply.text,
+        user_id=turn.arrival.user_id,
+        session_id=session_id,
+        inbound_event_id=turn.event_id,
+        reply_context=reply_context,
+        at=at,
+        claimed_until=at + lease,
+    )
+
+
+@asynccontextmanager
+async def _pipelined_write(db: AsyncSession, event_id: int) -> AsyncIterator[Pipeline]:
+    """The pipelined block of a turn's writes. A requirement its statements found unmet
+    (PostgreSQL) surfaces at the next statement sent or at the commit: the event answered
+    elsewhere is `TurnSupersededError`. After any statement's error, the answers still queued
+    (aborted) are taken before the block ends, so the session rolls back a clean connection."""
+    async with pipelined(db) as pipeline:
+        try:
+            yield pipeline
+        except StorageError as failed:
+            # A connection that broke fails here too: the session's rollback meets it.
+            with suppress(StorageError):
+                await pipeline.recover()
+            if isinstance(failed, RequirementError) and failed.reason == EVENT_ANSWERED_ELSEWHERE:
+                raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id)) from failed
+            raise
+
+
+async def _commit_checked(
+    pipeline: Pipeline, event_id: int, finished: Sent, sent: SentMessages
+) -> None:
+    """Commit a turn's writes if its event was still pending and its session's last number
+    still the one it read: on PostgreSQL the statements check and the `COMMIT` goes with
+    them (`_pipelined_write` maps what they refuse); on SQLite the answers are checked here
+    and the session commits when it ends."""
+    await pipeline.commit()
+    if not await finished.rows():
+        raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id))
+    await sent.confirm()
