@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.pq import TransactionStatus
 from sqlalchemy import func, select, update
 
 from errors import StorageError
@@ -175,16 +177,21 @@ async def test_on_postgresql_the_write_goes_with_its_commit(
     if database.is_sqlite:
         pytest.skip("SQLite checks the answers before its session commits")
     turns = service(database, tmp_path)
-    commits: list[str] = []
-    commit = driver_rows.Pipeline.commit
+    # Every commit psycopg is asked for: whether a pipeline was open, and whether there was a
+    # transaction to commit (an idle connection's commit sends nothing).
+    commits: list[tuple[bool, bool]] = []
+    commit = psycopg.AsyncConnection.commit
 
-    async def counted(pipeline: driver_rows.Pipeline) -> None:
-        commits.append("pipeline")
-        await commit(pipeline)
+    async def recorded(connection: psycopg.AsyncConnection[Any]) -> None:
+        idle = connection.pgconn.transaction_status == TransactionStatus.IDLE
+        commits.append((connection._pipeline is not None, not idle))
+        await commit(connection)
 
-    monkeypatch.setattr(driver_rows.Pipeline, "commit", counted)
+    monkeypatch.setattr(psycopg.AsyncConnection, "commit", recorded)
     await turns.answer(turn(await event(database, "m1"), "m1"))
-    assert commits == ["pipeline"]
+    # The write (the turn's last transaction) committed inside its pipeline; the session's
+    # commit after it found nothing to send.
+    assert commits[-2:] == [(True, True), (False, False)]
     assert await counts(database) == (2, 1, 2)
 
 
