@@ -88,6 +88,18 @@ EMBEDDER_KEY = "recall_embedder"
 """The key of the recall `TextEmbedder` in a database session's `info`."""
 
 
+
+def _utc_options(url: URL) -> str:
+    """The URL's own `options` (server settings for the session), with the session's time
+    zone set to UTC: psycopg then returns every timestamp already in `datetime.UTC`, which the
+    code reads times in, instead of the server's zone ("Etc/UTC" is one, converted value by
+    value: about 400 conversions a recall search). SQL that turns a time into a day or a
+    month (`date_trunc`, `::date`) sees UTC whatever the server's default."""
+    given = url.query.get("options", "")
+    own = " ".join(given) if isinstance(given, tuple) else given
+    return f"{own} -c TimeZone=UTC".strip()
+
+
 class Database:
     """One async engine and its session factory.
 
@@ -122,7 +134,7 @@ class Database:
             # the pool grows by as many, so sessions keep `pool_size`.
             kept = ACCEPTING_CONNECTIONS + LENT_CONNECTIONS
             options.update(pool_size=pool_size + kept, max_overflow=overflow)
-            options["connect_args"] = {"connect_timeout": 5}
+            options["connect_args"] = {"connect_timeout": 5, "options": _utc_options(parsed)}
         self.engine: AsyncEngine = create_async_engine(parsed, **options)
         self._lent: AutocommitConnections | None = None
         self._accepting: AutocommitConnections | None = None

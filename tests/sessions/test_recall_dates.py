@@ -54,6 +54,7 @@ QUERIES = [
     ),
     # No date: words that are month names, impossible days, bare years.
     ("I may go, and march on", []),
+    ("Decide on the market's separate novel augmented junctions", []),
     ("31 June 2023", []),
     ("back in 2023", []),
     ("what is the plan?", []),

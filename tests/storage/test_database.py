@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, func, make_url, select, text
 from sqlalchemy.exc import IntegrityError
 
 from errors import StorageError
 from sessions.lifecycle import transition
 from storage.database import Database, redact_url
+from storage import driver_rows
 from storage.driver_rows import pipelined
 from storage.models import (
     Base,
@@ -452,6 +453,33 @@ async def test_naive_datetimes_are_refused(database: Database) -> None:
                 "acme",
                 at=datetime(2026, 1, 1),
             )
+
+
+async def test_postgresql_sessions_run_in_utc_keeping_the_urls_own_options(
+    migrated_postgres_url: str,
+) -> None:
+    # The server's default zone is not UTC; the URL sets a server option of its own.
+    url = make_url(migrated_postgres_url).set(
+        query={"options": "-c statement_timeout=4321 -c TimeZone=Asia/Kolkata"}
+    )
+    database = Database(url.render_as_string(hide_password=False))
+    try:
+        async with database.session() as session:
+            now, zone, timeout = (
+                await session.execute(
+                    text(
+                        "SELECT now(), current_setting('TimeZone'), "
+                        "current_setting('statement_timeout')"
+                    )
+                )
+            ).one()
+        assert (zone, timeout) == ("UTC", "4321ms")
+        assert now.tzinfo is UTC  # as the driver returns it: no conversion left to make
+        async with database.statement(writes=False) as lent:
+            [(lent_now,)] = await driver_rows.rows(lent, "SELECT now()", {})
+        assert lent_now.tzinfo is UTC
+    finally:
+        await database.dispose()
 
 
 async def test_unreachable_database_is_a_clear_storage_error() -> None:
