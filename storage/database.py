@@ -88,7 +88,6 @@ EMBEDDER_KEY = "recall_embedder"
 """The key of the recall `TextEmbedder` in a database session's `info`."""
 
 
-
 def _utc_options(url: URL) -> str:
     """The URL's own `options` (server settings for the session), with the session's time
     zone set to UTC: psycopg then returns every timestamp already in `datetime.UTC`, which the

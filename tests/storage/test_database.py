@@ -15,8 +15,8 @@ from sqlalchemy.exc import IntegrityError
 
 from errors import StorageError
 from sessions.lifecycle import transition
-from storage.database import Database, redact_url
 from storage import driver_rows
+from storage.database import Database, redact_url
 from storage.driver_rows import pipelined
 from storage.models import (
     Base,
