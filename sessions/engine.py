@@ -235,8 +235,11 @@ class SessionEngine:
     async def load_context(
         self, session_id: str, *, thread_id: str = "", pending: HistoryMessage | None = None
     ) -> LoadedContext:
-        """The context of the session's next turn, read in a transaction of its own."""
-        async with self.database.session() as db:
+        """The context of the session's next turn, read as a turn reads it
+        (`Database.lookups`: on PostgreSQL without a transaction, each read seeing what was
+        committed; on SQLite without the write lock): the state's numbers bound what the
+        history holds, and the session's appends wait for its user's turn lock."""
+        async with self.database.lookups() as db:
             session = await read_state(db, session_id)
             if session is None:
                 raise StorageError("the session does not exist", key=session_id)

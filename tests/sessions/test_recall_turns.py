@@ -25,6 +25,7 @@ from storage.recall_entries import TURN
 from storage.recall_index import RecallIndexRepository
 from storage.repositories.session_state import read_state
 from tests.sessions.test_recall import T0, conversation
+from tests.statements import recorded_statements
 
 
 def engine(database: Database, tmp_path: Path, recall: RecallSettings | None) -> SessionEngine:
@@ -144,3 +145,32 @@ async def test_a_turn_gets_passages_from_earlier_conversations_within_the_cap(
     context, _ = await engine(database, tmp_path, None).assemble_context(current)
     assert EARLIER_HEADING not in context.request.system
     assert not context.request.tools
+
+
+async def test_a_context_is_read_beside_a_writer_without_a_transaction_of_its_own(
+    database: Database, tmp_path: Path
+) -> None:
+    """`load_context` reads as a turn reads: on SQLite it takes no write lock, so a writer in
+    the middle of its transaction does not hold it up (on PostgreSQL a writer never holds a
+    reader up)."""
+    await conversation(database, [("Alice", "Acme invoice number 7 was paid.")], day=0)
+    current, _ = await conversation(database, [("Alice", "Was the Acme invoice paid?")], day=7)
+    subject = engine(database, tmp_path, RecallSettings(auto_hits=3))
+    writing, done = asyncio.Event(), asyncio.Event()
+
+    async def writer() -> None:
+        async with database.session() as db:
+            await db.execute(text("UPDATE sessions SET updated_at = updated_at"))
+            writing.set()
+            await done.wait()
+
+    held = asyncio.create_task(writer())
+    await writing.wait()
+    try:
+        with recorded_statements(database) as statements:
+            loaded = await asyncio.wait_for(subject.load_context(current), timeout=3)
+    finally:
+        done.set()
+        await held
+    assert "Acme invoice number 7 was paid." in loaded.context.request.system
+    assert not [s for s in statements if "IMMEDIATE" in s.upper()]
