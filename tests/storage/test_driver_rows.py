@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
+from storage import driver_rows
 from storage.database import Database
 from storage.driver_rows import (
     JsonValue,
@@ -242,3 +243,33 @@ async def test_a_connection_lost_meanwhile_fails_once_and_the_next_read_works(
     async with database.reading() as db:
         ((other,),) = await rows(db, "SELECT pg_backend_pid()", {})
     assert other != pid
+
+
+async def test_binary_rows_load_as_the_text_format_does(
+    migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL sends rows in its binary format (`BINARY_RESULTS`): every type the
+    statements read loads to the value the text format gives, as the same Python type."""
+    database = Database(migrated_postgres_url)
+    sql = (
+        "SELECT 7::int, 2::int8 ^ 40, 0.25::float8, sum(x)::numeric, 'a ü'::text, "
+        "'v'::varchar(3), true, TIMESTAMPTZ '2026-03-04 05:06:07.123456+02', "
+        "decode('00ff10', 'hex'), '{\"a\": [1, 2.5]}'::json, '{\"b\": null}'::jsonb, "
+        "ARRAY['x', 'y'], ARRAY[1, 2]::bigint[], NULL::text, count(*), "
+        "set_config('application_name', 'g', true) "
+        "FROM (VALUES (1), (2)) AS v(x)"
+    )
+    try:
+        read: dict[bool, list[tuple[Any, ...]]] = {}
+        for binary in (False, True):
+            monkeypatch.setattr(driver_rows, "BINARY_RESULTS", binary)
+            async with database.reading() as db:
+                read[binary] = await rows(db, sql, {}, timestamps=(7,))
+            async with database.statement(writes=False) as lent:
+                assert await rows(lent, sql, {}, timestamps=(7,)) == read[binary]
+        assert read[True] == read[False]
+        assert [type(value) for value in read[True][0]] == [type(value) for value in read[False][0]]
+        assert read[True][0][8] == b"\x00\xff\x10"
+        assert read[True][0][9] == {"a": [1, 2.5]}
+    finally:
+        await database.dispose()
