@@ -63,6 +63,14 @@ class WaitingCalls:
             self._nothing_asked.pop(session_id)
 
     @staticmethod
+    def records(confirmed: ConfirmedCall | None, outcome: TurnOutcome | None) -> bool:
+        """Whether `record` writes anything for this turn (a call answered, tools used, a
+        call asked about): most turns write nothing of the kind."""
+        return confirmed is not None or (
+            outcome is not None and (bool(outcome.tools_used) or outcome.confirmation is not None)
+        )
+
+    @staticmethod
     async def record(
         db: AsyncSession,
         session_id: str,

@@ -18,18 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from errors import StorageError
 from sessions.engine_values import NewMessage, TurnOutcome
 from sessions.files.turn_files import TurnFiles
 from sessions.llm import estimate_tokens
 from sessions.routing import Route
 from sessions.turn_values import LIVE_REPLY_KEY, TurnSupersededError, UserTurn
-from storage.driver_rows import Pipeline, RequirementError, Sent, pipelined
+from storage.driver_rows import DriverScope, Pipeline, RequirementError, Sent, pipelined
 from storage.models import InboundStatus
-from storage.repositories.outbox import OutboxRepository, QueuedReply, SentReply
-from storage.repositories.sessions import SessionRepository
+from storage.repositories.outbox import QueuedReply, SentReply, send_enqueue
+from storage.repositories.sessions import send_channel
 from storage.turn_store import (
     EVENT_ANSWERED_ELSEWHERE,
     MessageToStore,
@@ -98,7 +96,7 @@ def messages_to_store(
 
 
 async def write_turn(
-    db: AsyncSession,
+    db: DriverScope,
     turn: UserTurn,
     route: Route,
     to_store: Sequence[MessageToStore],
@@ -126,7 +124,8 @@ async def write_turn(
             if outcome
             else None,
         )
-        await SessionRepository(db).record_channel(
+        await send_channel(
+            db,
             session_id,
             arrival.channel_type,
             arrival.channel_id,
@@ -150,7 +149,7 @@ async def write_turn(
 
 
 async def _send_reply(
-    db: AsyncSession,
+    db: DriverScope,
     turn: UserTurn,
     session_id: str,
     reply: TurnReply,
@@ -163,7 +162,8 @@ async def _send_reply(
     reply_context = dict(address.reply_context)
     if reply.live is not None:
         reply_context[LIVE_REPLY_KEY] = dict(reply.live)
-    return await OutboxRepository(db).send_enqueue(
+    return await send_enqueue(
+        db,
         delivered=address.delivered_on_store,
         message_id=reply.outbound_id,
         channel_type=address.channel_type,
@@ -182,7 +182,7 @@ async def _send_reply(
 
 
 @asynccontextmanager
-async def _pipelined_write(db: AsyncSession, event_id: int) -> AsyncIterator[Pipeline]:
+async def _pipelined_write(db: DriverScope, event_id: int) -> AsyncIterator[Pipeline]:
     """The pipelined block of a turn's writes. A requirement its statements found unmet
     (PostgreSQL) surfaces at the next statement sent or at the commit: the event answered
     elsewhere is `TurnSupersededError`. After any statement's error, the answers still queued

@@ -45,7 +45,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,10 +74,13 @@ def _psycopg_sql(sql: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LentConnection:
-    """A PostgreSQL driver connection in autocommit, lent for a statement or a few, each of
-    which commits by itself (`Database.statement`)."""
+    """A PostgreSQL driver connection lent for a statement or a few: in autocommit, each of
+    them committing by itself (`Database.statement`), or in one transaction
+    (`Database.driver_transaction`). `info` is what a session's `info` would hold for the
+    writers of indexed rows (the recall embedder, `storage.recall_vectors.embedder_of`)."""
 
     raw: psycopg.AsyncConnection[Any]
+    info: Mapping[str, Any] = field(default_factory=dict)
 
 
 # Where the functions below run their statements: a session's connection, inside its
@@ -207,7 +210,8 @@ class RequirementError(StorageError):
         self.reason = reason
 
 
-def _driver_error(exc: psycopg.Error | sqlite3.Error) -> StorageError:
+def driver_error(exc: psycopg.Error | sqlite3.Error) -> StorageError:
+    """The driver's error as the error tree's (`RequirementError` for a requirement's)."""
     if isinstance(exc, psycopg.Error) and exc.sqlstate == REQUIREMENT_SQLSTATE:
         return RequirementError(exc.diag.message_primary or "a requirement was not met")
     lines = str(exc).strip().splitlines()
@@ -246,7 +250,7 @@ class Pipeline:
         try:
             await self._connection.commit()
         except psycopg.Error as exc:
-            raise _driver_error(exc) from exc
+            raise driver_error(exc) from exc
 
     async def sync(self) -> None:
         """Send what is queued and wait for all of it (the next wait would)."""
@@ -255,7 +259,7 @@ class Pipeline:
         try:
             await self._pipeline.sync()
         except psycopg.Error as exc:
-            raise _driver_error(exc) from exc
+            raise driver_error(exc) from exc
 
     async def recover(self) -> None:
         """After a statement's error: take the answers of the statements queued behind it
@@ -292,7 +296,7 @@ async def pipelined(session: DriverScope) -> AsyncIterator[Pipeline]:
             finally:
                 _PIPELINE.reset(token)
     except psycopg.Error as exc:
-        raise _driver_error(exc) from exc
+        raise driver_error(exc) from exc
 
 
 async def on_sqlite(session: DriverScope) -> bool:
@@ -329,7 +333,7 @@ class Sent:
                 await self._pipeline.sync()
             found = await self._cursor.fetchall() if self._cursor.description is not None else []
         except psycopg.Error as exc:
-            raise _driver_error(exc) from exc
+            raise driver_error(exc) from exc
         return _converted(found, self._timestamps)
 
 
@@ -345,7 +349,7 @@ async def send(
     try:
         await cursor.execute(_psycopg_sql(sql), {k: _psycopg_value(v) for k, v in params.items()})
     except psycopg.Error as exc:
-        raise _driver_error(exc) from exc
+        raise driver_error(exc) from exc
     return Sent(cursor, pipeline, [], timestamps)
 
 
@@ -376,5 +380,5 @@ async def _execute(
                 )
                 found = await cursor.fetchall() if cursor.description is not None else []
     except (psycopg.Error, sqlite3.Error) as exc:
-        raise _driver_error(exc) from exc
+        raise driver_error(exc) from exc
     return _converted(found, timestamps)

@@ -57,8 +57,8 @@ class TextEmbedder(Protocol):
         ...
 
 
-def embedder_of(db: AsyncSession) -> TextEmbedder | None:
-    """The embedder the session's database was given, if any."""
+def embedder_of(db: driver_rows.DriverScope) -> TextEmbedder | None:
+    """The embedder the scope's database was given, if any."""
     embedder: TextEmbedder | None = db.info.get(EMBEDDER_KEY)
     return embedder
 
@@ -103,7 +103,7 @@ _INSERT_SOURCE = text(
 
 
 async def write_turn_vectors(
-    db: AsyncSession, session_id: str, messages: Sequence[tuple[int, str, str]]
+    db: driver_rows.DriverScope, session_id: str, messages: Sequence[tuple[int, str, str]]
 ) -> int:
     """Embed the indexed ones of a turn's messages, given as (seq, role, content), and store
     their vectors (one statement for the turn, through the driver as the turn's other writes);
@@ -119,7 +119,7 @@ async def write_turn_vectors(
     vectors = embedder.embed([content for _, content in indexed])
     await driver_rows.send(
         db,
-        _insert_turn(len(indexed), db.get_bind().dialect.name),
+        _insert_turn(len(indexed), "sqlite" if await driver_rows.on_sqlite(db) else "postgresql"),
         {
             "session_id": session_id,
             "model": embedder.model_id,

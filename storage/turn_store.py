@@ -142,7 +142,7 @@ async def store_turn_messages(
 
 
 async def send_turn_messages(
-    db: AsyncSession,
+    db: driver_rows.DriverScope,
     session_id: str,
     messages: Sequence[MessageToStore],
     *,
@@ -188,7 +188,7 @@ def _counters(
 
 
 async def _send_messages(
-    db: AsyncSession,
+    db: driver_rows.DriverScope,
     session_id: str,
     messages: Sequence[MessageToStore],
     first_seq: int,
@@ -226,7 +226,7 @@ async def _send_messages(
 
 
 async def finish_inbound_event(
-    db: AsyncSession,
+    db: driver_rows.DriverScope,
     event_id: int,
     status: InboundStatus,
     *,

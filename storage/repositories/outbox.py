@@ -116,6 +116,80 @@ class SentReply:
         return replace(self.reply, id=row_id)
 
 
+async def send_enqueue(
+    scope: driver_rows.DriverScope,
+    *,
+    message_id: str,
+    channel_type: str,
+    channel_id: str,
+    content: str,
+    at: datetime,
+    thread_id: str = "",
+    in_reply_to: str | None = None,
+    kind: str = "reply",
+    user_id: str | None = None,
+    session_id: str | None = None,
+    inbound_event_id: int | None = None,
+    reply_context: dict[str, Any] | None = None,
+    attachment: dict[str, Any] | None = None,
+    delivered: bool = False,
+    claimed_until: datetime | None = None,
+) -> SentReply:
+    """Commit a reply for sending (the scope's transaction commits it); `delivered` for
+    channels whose clients fetch replies themselves, where being stored is being sent;
+    `claimed_until` for a reply the caller sends itself, as if claimed with that lease. In
+    a `driver_rows.pipelined` block the INSERT is queued: the row with its id comes
+    through `SentReply.value`."""
+    status, next_attempt_at = OutboundStatus.PENDING, at
+    if delivered:
+        status = OutboundStatus.DELIVERED
+    elif claimed_until is not None:
+        status, next_attempt_at = OutboundStatus.SENDING, claimed_until
+    reply_context = reply_context or {}
+    values: dict[str, Any] = {
+        "message_id": message_id,
+        "user_id": user_id,
+        "session_id": session_id,
+        "inbound_event_id": inbound_event_id,
+        "channel_type": channel_type,
+        "channel_id": channel_id,
+        "thread_id": thread_id,
+        "in_reply_to": in_reply_to,
+        "kind": kind,
+        "content": content,
+        "reply_context": driver_rows.JsonValue(reply_context),
+        "attachment": driver_rows.JsonValue(attachment) if attachment is not None else None,
+        "status": status.value,
+        "attempts": 0,
+        "created_at": at,
+        "next_attempt_at": next_attempt_at,
+        "delivered_at": at if delivered else None,
+        "platform_message_id": message_id if delivered else None,
+    }
+    # Every reply of every turn: through the driver (`storage.driver_rows`).
+    sent = await driver_rows.send(scope, _ENQUEUE, values)
+    # Its id comes with the answer (`SentReply.value`).
+    return SentReply(
+        sent,
+        QueuedReply(
+            id=0,
+            message_id=message_id,
+            channel_type=channel_type,
+            channel_id=channel_id,
+            thread_id=thread_id,
+            content=content,
+            user_id=user_id,
+            session_id=session_id,
+            in_reply_to=in_reply_to,
+            kind=kind,
+            reply_context=reply_context,
+            attachment=attachment,
+            attempts=0,
+            created_at=at,
+        ),
+    )
+
+
 class OutboxRepository:
     """The durable outbox of replies."""
 
@@ -127,78 +201,9 @@ class OutboxRepository:
         for."""
         return await (await self.send_enqueue(**reply)).value()
 
-    async def send_enqueue(
-        self,
-        *,
-        message_id: str,
-        channel_type: str,
-        channel_id: str,
-        content: str,
-        at: datetime,
-        thread_id: str = "",
-        in_reply_to: str | None = None,
-        kind: str = "reply",
-        user_id: str | None = None,
-        session_id: str | None = None,
-        inbound_event_id: int | None = None,
-        reply_context: dict[str, Any] | None = None,
-        attachment: dict[str, Any] | None = None,
-        delivered: bool = False,
-        claimed_until: datetime | None = None,
-    ) -> SentReply:
-        """Commit a reply for sending (the caller's transaction commits it); `delivered` for
-        channels whose clients fetch replies themselves, where being stored is being sent;
-        `claimed_until` for a reply the caller sends itself, as if claimed with that lease. In
-        a `driver_rows.pipelined` block the INSERT is queued: the row with its id comes
-        through `SentReply.value`."""
-        status, next_attempt_at = OutboundStatus.PENDING, at
-        if delivered:
-            status = OutboundStatus.DELIVERED
-        elif claimed_until is not None:
-            status, next_attempt_at = OutboundStatus.SENDING, claimed_until
-        reply_context = reply_context or {}
-        values: dict[str, Any] = {
-            "message_id": message_id,
-            "user_id": user_id,
-            "session_id": session_id,
-            "inbound_event_id": inbound_event_id,
-            "channel_type": channel_type,
-            "channel_id": channel_id,
-            "thread_id": thread_id,
-            "in_reply_to": in_reply_to,
-            "kind": kind,
-            "content": content,
-            "reply_context": driver_rows.JsonValue(reply_context),
-            "attachment": driver_rows.JsonValue(attachment) if attachment is not None else None,
-            "status": status.value,
-            "attempts": 0,
-            "created_at": at,
-            "next_attempt_at": next_attempt_at,
-            "delivered_at": at if delivered else None,
-            "platform_message_id": message_id if delivered else None,
-        }
-        # Every reply of every turn: through the driver (`storage.driver_rows`).
-        sent = await driver_rows.send(self.session, _ENQUEUE, values)
-        # Its id comes with the answer (`SentReply.value`).
-        return SentReply(
-            sent,
-            QueuedReply(
-                id=0,
-                message_id=message_id,
-                channel_type=channel_type,
-                channel_id=channel_id,
-                thread_id=thread_id,
-                content=content,
-                user_id=user_id,
-                session_id=session_id,
-                in_reply_to=in_reply_to,
-                kind=kind,
-                reply_context=reply_context,
-                attachment=attachment,
-                attempts=0,
-                created_at=at,
-            ),
-        )
+    async def send_enqueue(self, **reply: Any) -> SentReply:
+        """`send_enqueue` (the module's) in the session's transaction."""
+        return await send_enqueue(self.session, **reply)
 
     async def claim_due(
         self, now: datetime, *, lease: timedelta, limit: int = 50

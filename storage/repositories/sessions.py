@@ -37,6 +37,31 @@ class OwnMessage:
     created_at: datetime
 
 
+async def send_channel(
+    scope: driver_rows.DriverScope,
+    session_id: str,
+    channel_type: str,
+    channel_id: str,
+    thread_id: str,
+    *,
+    at: datetime,
+) -> None:
+    """Note that a message of the session came through this channel/thread (every turn
+    does: through the driver, as the turn's other writes, `storage.turn_store`; in a
+    `driver_rows.pipelined` block without waiting)."""
+    await driver_rows.send(
+        scope,
+        _RECORD_CHANNEL,
+        {
+            "session_id": session_id,
+            "channel_type": channel_type,
+            "channel_id": channel_id,
+            "thread_id": thread_id,
+            "at": at,
+        },
+    )
+
+
 class SessionRepository:
     """Sessions, the channels they span, and their messages."""
 
@@ -152,20 +177,9 @@ class SessionRepository:
     async def record_channel(
         self, session_id: str, channel_type: str, channel_id: str, thread_id: str, *, at: datetime
     ) -> None:
-        """Note that a message of the session came through this channel/thread (every turn
-        does: through the driver, as the turn's other writes, `storage.turn_store`; in a
-        `driver_rows.pipelined` block without waiting)."""
-        await driver_rows.send(
-            self.session,
-            _RECORD_CHANNEL,
-            {
-                "session_id": session_id,
-                "channel_type": channel_type,
-                "channel_id": channel_id,
-                "thread_id": thread_id,
-                "at": at,
-            },
-        )
+        """Note that a message of the session came through this channel/thread
+        (`send_channel` in the session's transaction)."""
+        await send_channel(self.session, session_id, channel_type, channel_id, thread_id, at=at)
 
     async def channels(self, session_id: str) -> list[SessionChannel]:
         """The channels and threads the session spans, in the order they joined."""

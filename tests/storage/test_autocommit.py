@@ -143,3 +143,61 @@ async def test_on_sqlite_the_scope_is_a_session(tmp_path: Path) -> None:
             assert await driver_rows.rows(scope, "SELECT body FROM notes", {}) == [("one",)]
     finally:
         await database.dispose()
+
+
+async def notes(database: Database) -> list[str]:
+    async with database.statement(writes=False) as scope:
+        return [body for (body,) in await driver_rows.rows(scope, "SELECT body FROM notes", {})]
+
+
+async def test_a_driver_transaction_commits_together_or_not_at_all_on_a_lent_connection(
+    database: Database,
+) -> None:
+    async with database.session() as db:
+        await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
+    lent = await backend_pid(database)
+
+    async with database.driver_transaction() as scope:
+        assert isinstance(scope, driver_rows.LentConnection)
+        ((pid,),) = await driver_rows.rows(scope, "SELECT pg_backend_pid()", {})
+        async with driver_rows.pipelined(scope):
+            await driver_rows.send(scope, "INSERT INTO notes VALUES ('one')", {})
+            await driver_rows.send(scope, "INSERT INTO notes VALUES ('two')", {})
+        # Not committed until the block ends.
+        assert await notes(database) == []
+    assert pid == lent
+    assert await notes(database) == ["one", "two"]
+
+    with pytest.raises(StorageError, match="null value"):
+        async with database.driver_transaction() as scope:
+            await driver_rows.rows(scope, "INSERT INTO notes VALUES ('three')", {})
+            await driver_rows.rows(scope, "INSERT INTO notes VALUES (NULL)", {})
+    with pytest.raises(RuntimeError, match="not a database error"):
+        async with database.driver_transaction() as scope:
+            await driver_rows.rows(scope, "INSERT INTO notes VALUES ('four')", {})
+            raise RuntimeError("not a database error")
+    assert await notes(database) == ["one", "two"]
+
+    # The connection went back in autocommit, kept: a statement commits by itself on it.
+    async with database.statement(writes=True) as scope:
+        ((pid,),) = await driver_rows.rows(scope, "SELECT pg_backend_pid()", {})
+        await driver_rows.rows(scope, "INSERT INTO notes VALUES ('five')", {})
+    assert pid == lent
+    async with database.session() as db:
+        assert (await db.execute(text("SELECT count(*) FROM notes"))).scalar() == 3
+
+
+async def test_on_sqlite_a_driver_transaction_is_a_session(tmp_path: Path) -> None:
+    database = Database(f"sqlite+aiosqlite:///{tmp_path}/gateway.db")
+    try:
+        async with database.session() as db:
+            await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
+        with pytest.raises(StorageError):
+            async with database.driver_transaction() as scope:
+                await driver_rows.rows(scope, "INSERT INTO notes VALUES ('one')", {})
+                await driver_rows.rows(scope, "INSERT INTO notes VALUES (NULL)", {})
+        async with database.driver_transaction() as scope:
+            await driver_rows.rows(scope, "INSERT INTO notes VALUES ('two')", {})
+        assert await notes(database) == ["two"]
+    finally:
+        await database.dispose()
