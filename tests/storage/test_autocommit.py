@@ -150,6 +150,15 @@ async def notes(database: Database) -> list[str]:
         return [body for (body,) in await driver_rows.rows(scope, "SELECT body FROM notes", {})]
 
 
+async def write_then_fail(database: Database, body: str, *, failure: Exception | None) -> None:
+    """A note written, then `failure` raised (None: a NULL note the table refuses)."""
+    async with database.driver_transaction() as scope:
+        await driver_rows.rows(scope, "INSERT INTO notes VALUES (:body)", {"body": body})
+        if failure is not None:
+            raise failure
+        await driver_rows.rows(scope, "INSERT INTO notes VALUES (NULL)", {})
+
+
 async def test_a_driver_transaction_commits_together_or_not_at_all_on_a_lent_connection(
     database: Database,
 ) -> None:
@@ -169,13 +178,9 @@ async def test_a_driver_transaction_commits_together_or_not_at_all_on_a_lent_con
     assert await notes(database) == ["one", "two"]
 
     with pytest.raises(StorageError, match="null value"):
-        async with database.driver_transaction() as scope:
-            await driver_rows.rows(scope, "INSERT INTO notes VALUES ('three')", {})
-            await driver_rows.rows(scope, "INSERT INTO notes VALUES (NULL)", {})
+        await write_then_fail(database, "three", failure=None)
     with pytest.raises(RuntimeError, match="not a database error"):
-        async with database.driver_transaction() as scope:
-            await driver_rows.rows(scope, "INSERT INTO notes VALUES ('four')", {})
-            raise RuntimeError("not a database error")
+        await write_then_fail(database, "four", failure=RuntimeError("not a database error"))
     assert await notes(database) == ["one", "two"]
 
     # The connection went back in autocommit, kept: a statement commits by itself on it.
@@ -193,9 +198,7 @@ async def test_on_sqlite_a_driver_transaction_is_a_session(tmp_path: Path) -> No
         async with database.session() as db:
             await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
         with pytest.raises(StorageError):
-            async with database.driver_transaction() as scope:
-                await driver_rows.rows(scope, "INSERT INTO notes VALUES ('one')", {})
-                await driver_rows.rows(scope, "INSERT INTO notes VALUES (NULL)", {})
+            await write_then_fail(database, "one", failure=None)
         async with database.driver_transaction() as scope:
             await driver_rows.rows(scope, "INSERT INTO notes VALUES ('two')", {})
         assert await notes(database) == ["two"]
