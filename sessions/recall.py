@@ -115,7 +115,7 @@ class RecallSearch:
         when the text was written (`until` excluded). The index is searched within
         `options.automatic`, or `options.thorough` when `thorough` (an explicit search, not
         the one of every turn). It reads in transactions of its own that only read
-        (`Database.reading`), never in the caller's: a turn holds no transaction (nor, on
+        (`Database.driver_reading`), never in the caller's: a turn holds no transaction (nor, on
         SQLite, the write lock) while it searches.
         """
         exclusions = exclude or RecallExclusions()

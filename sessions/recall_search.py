@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from sessions.recall_dates import DateSpan, asks_when, says_when
 from sessions.recall_query import asked_about, query_terms, without_names
@@ -35,8 +34,9 @@ from sessions.recall_values import (
     RecallOptions,
 )
 from storage.database import Database
+from storage.driver_rows import DriverScope
 from storage.recall_entries import COMPACTION, SUMMARY, TURN, IndexedText
-from storage.recall_index import RecallIndexRepository
+from storage.recall_index import RecallIndexReads
 from storage.recall_vectors import Vectors
 from storage.vector_index import VectorIndex
 
@@ -78,7 +78,7 @@ class OneSearch:
         if not (self.options.summary_weight > 0 or "summary" in self.kinds):
             read.summaries = []
 
-        async def then_rank_if_last(session: AsyncSession) -> None:
+        async def then_rank_if_last(session: DriverScope) -> None:
             # No await between a half's result and this check: exactly one half sees both.
             if read.turns is not None and read.summaries is not None:
                 turns, around = read.turns
@@ -89,14 +89,14 @@ class OneSearch:
                 read.hits = await self.hits(session, ranked, texts)
 
         async def turns_apart() -> None:
-            async with self.database.reading() as session:
+            async with self.database.driver_reading() as session:
                 read.turns = await self.turns_and_around(session)
                 await then_rank_if_last(session)
 
         async def summaries_apart() -> None:
             if read.summaries is not None:
                 return
-            async with self.database.reading() as session:
+            async with self.database.driver_reading() as session:
                 read.summaries = await self.summaries(session)
                 await then_rank_if_last(session)
 
@@ -143,7 +143,7 @@ class OneSearch:
         return ranked
 
     async def when_first(
-        self, session: AsyncSession, ranked: list[tuple[IndexedText, float]]
+        self, session: DriverScope, ranked: list[tuple[IndexedText, float]]
     ) -> tuple[list[tuple[IndexedText, float]], dict[int, str]]:
         """For a question that asks when (`sessions.recall_dates.asks_when`), the first
         `WHEN_CANDIDATES` turns that say when (a date, a weekday, "last week", "ago"…) boosted
@@ -153,7 +153,7 @@ class OneSearch:
         if boost <= 0 or not asks_when(self.query):
             return ranked, {}
         head = ranked[:WHEN_CANDIDATES]
-        texts = await RecallIndexRepository(session).texts(
+        texts = await RecallIndexReads(session).texts(
             self.user_id, [entry.entry_id for entry, _ in head if entry.kind == TURN]
         )
         head = [
@@ -165,14 +165,14 @@ class OneSearch:
 
     async def hits(
         self,
-        session: AsyncSession,
+        session: DriverScope,
         ranked: Sequence[tuple[IndexedText, float]],
         known: dict[int, str],
     ) -> list[RecallHit]:
         """The first `limit` of the ranked entries, with their texts, read for these only
         (unless `known`, read in the same transaction). An entry deleted since it was found is
         left out (and forgotten by the vector index), and the next one taken."""
-        index = RecallIndexRepository(session)
+        index = RecallIndexReads(session)
         vectors = self.vectors
         hits: list[RecallHit] = []
         wanted = iter(ranked)
@@ -198,11 +198,11 @@ class OneSearch:
         return hits
 
     async def turns_and_around(
-        self, session: AsyncSession
+        self, session: DriverScope
     ) -> tuple[list[IndexedText], list[IndexedText]]:
         """The candidate turns (fused), then the turns next to the best of them."""
         options = self.options
-        index = RecallIndexRepository(session)
+        index = RecallIndexReads(session)
         query = IndexQuery(
             (TURN,),
             max(options.candidates, self.limit),
@@ -229,7 +229,7 @@ class OneSearch:
         return turns, await self._around(index, turns)
 
     async def _word_hop(
-        self, index: RecallIndexRepository, query: IndexQuery, turns: list[IndexedText]
+        self, index: RecallIndexReads, query: IndexQuery, turns: list[IndexedText]
     ) -> list[IndexedText]:
         """A second full-text search for the words of the best first hits that the question
         did not use (the index keeps the rarest of them), fused in: the fact that the first
@@ -246,7 +246,7 @@ class OneSearch:
         found = await query.run(index, self.user_id, further)
         return fuse_scores([(turns, 1.0), (found, options.word_hop_weight)])
 
-    async def summaries(self, session: AsyncSession) -> list[IndexedText]:
+    async def summaries(self, session: DriverScope) -> list[IndexedText]:
         """The candidate session and compaction summaries (fused)."""
         options = self.options
         query = IndexQuery(
@@ -257,7 +257,7 @@ class OneSearch:
             options.ranking,
             self.bounds.summaries,
         )
-        summaries = await query.run(RecallIndexRepository(session), self.user_id, self.terms)
+        summaries = await query.run(RecallIndexReads(session), self.user_id, self.terms)
         if self.vector is not None and self.options.dense_summaries:
             summaries = await self._fuse(
                 session, summaries, self.vector, (SUMMARY, COMPACTION), second_hop=0
@@ -279,7 +279,7 @@ class OneSearch:
 
     async def _fuse(
         self,
-        session: AsyncSession,
+        session: DriverScope,
         found: list[IndexedText],
         vector: Vectors,
         kinds: tuple[str, ...],
@@ -298,7 +298,7 @@ class OneSearch:
         fused = self._fused(rankings)
         if second_hop > 0 and fused:
             first = [entry.entry_id for entry in fused[:second_hop]]
-            texts = await RecallIndexRepository(session).texts(self.user_id, first)
+            texts = await RecallIndexReads(session).texts(self.user_id, first)
             if texts:
                 seeds = vectors.embedder.embed(list(texts.values()))
                 hop = vector + seeds.mean(axis=0)
@@ -316,7 +316,7 @@ class OneSearch:
         return fuse_ranks(rankings, options.rrf_k)
 
     async def _nearest_turns_early(
-        self, session: AsyncSession
+        self, session: DriverScope
     ) -> asyncio.Future[list[IndexedText]] | None:
         """The turns nearest to the question, scored in another thread while the words are
         looked up (a product of 20,000 vectors takes a millisecond or two, and the event loop
@@ -331,7 +331,7 @@ class OneSearch:
         return scorer.start(self.vector, self._dense_limit((TURN,)))
 
     async def _nearest(
-        self, session: AsyncSession, vector: Vectors, kinds: tuple[str, ...]
+        self, session: DriverScope, vector: Vectors, kinds: tuple[str, ...]
     ) -> list[IndexedText]:
         vectors = self.vectors
         assert vectors is not None  # the caller checked
@@ -363,7 +363,7 @@ class OneSearch:
         ]
 
     async def _around(
-        self, index: RecallIndexRepository, turns: Sequence[IndexedText]
+        self, index: RecallIndexReads, turns: Sequence[IndexedText]
     ) -> list[IndexedText]:
         """The best candidates and the turns next to them, one and two away (when the
         ranking spreads scores to them)."""

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from sessions.recall_query import MAX_QUERY_TERMS
 from storage.recall_entries import COMPACTION, SUMMARY, IndexedText, Ranking, SearchBound
-from storage.recall_index import RecallIndexRepository
+from storage.recall_index import RecallIndexReads
 
 HitKind = Literal["turn", "summary"]
 
@@ -166,7 +166,7 @@ class IndexQuery:
     bound: SearchBound
 
     async def run(
-        self, index: RecallIndexRepository, user_id: str, terms: Sequence[str]
+        self, index: RecallIndexReads, user_id: str, terms: Sequence[str]
     ) -> list[IndexedText]:
         """The entries found, best first."""
         found = await index.search(

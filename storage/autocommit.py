@@ -86,6 +86,11 @@ class AutocommitConnections:
                 with suppress(psycopg.Error):
                     await raw.set_autocommit(True)
 
+    @property
+    def idle(self) -> int:
+        """How many of its connections are kept, not lent now."""
+        return len(self._idle)
+
     async def close(self) -> None:
         """Return the idle connections to the pool; those lent now follow when given back."""
         self._closed = True

@@ -88,6 +88,13 @@ class LentConnection:
 DriverScope = AsyncSession | LentConnection
 
 
+def dialect_of(scope: DriverScope) -> str:
+    """The scope's database: "postgresql" or "sqlite" (a lent connection is PostgreSQL's)."""
+    if isinstance(scope, LentConnection):
+        return "postgresql"
+    return str(scope.get_bind().dialect.name)
+
+
 @dataclass(frozen=True, slots=True)
 class JsonValue:
     """A value for a JSON column, written as SQLAlchemy's JSON type writes it (`json.dumps`)."""

@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from storage import driver_rows
 from storage.recall_entries import (
     ENTRY_TIMESTAMP,
@@ -79,7 +77,9 @@ def rarest(terms: Sequence[SearchedTerm], bound: SearchBound) -> list[SearchedTe
     return used[: bound.max_terms]
 
 
-async def run_scored(session: AsyncSession, sql: str, params: dict[str, Any]) -> IndexSearch:
+async def run_scored(
+    session: driver_rows.DriverScope, sql: str, params: dict[str, Any]
+) -> IndexSearch:
     """Run a search statement whose rows are `ENTRY_COLUMNS`, the score and `examined`."""
     rows = await driver_rows.rows(session, sql, params, timestamps=(ENTRY_TIMESTAMP,))
     examined = int(rows[0][ENTRY_WIDTH + 1]) if rows else 0

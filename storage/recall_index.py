@@ -174,12 +174,15 @@ _FAR_PAST = datetime(1970, 1, 1, tzinfo=UTC)
 _FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
 
 
-class RecallIndexRepository:
-    """Searches of the recall index, and its rebuild, within one `AsyncSession`."""
+class RecallIndexReads:
+    """A search's reads of the recall index (the bounded search, the turns next to given
+    positions, the texts of chosen entries, whether a user has entries outside a session),
+    all through the driver: in a session's transaction or on a lent connection
+    (`Database.driver_reading`)."""
 
-    def __init__(self, session: AsyncSession) -> None:
-        self.session = session
-        self.dialect = session.get_bind().dialect.name
+    def __init__(self, scope: driver_rows.DriverScope) -> None:
+        self.scope = scope
+        self.dialect = driver_rows.dialect_of(scope)
 
     async def search(
         self,
@@ -221,14 +224,14 @@ class RecallIndexRepository:
         # Both run their statements through `driver_rows`, whose errors are StorageErrors.
         if self.dialect == "sqlite":
             return await search_sqlite(
-                self.session,
+                self.scope,
                 terms,
                 kinds=ordered_kinds,
                 params=params,
                 bound=bound or SearchBound(),
             )
         return await search_postgresql(
-            self.session,
+            self.scope,
             terms,
             kinds=ordered_kinds,
             params=params,
@@ -246,7 +249,7 @@ class RecallIndexRepository:
             return []
         sql = _sqlite_neighbours(per_side) if self.dialect == "sqlite" else _NEIGHBOURS_PG
         found = await driver_rows.rows(
-            self.session,
+            self.scope,
             sql,
             {
                 "user_id": user_id,
@@ -266,7 +269,7 @@ class RecallIndexRepository:
             return {}
         ids = sorted(set(entry_ids))
         found = await driver_rows.rows(
-            self.session,
+            self.scope,
             _TEXTS[self.dialect],
             {"user_id": user_id, "ids": ids if self.dialect == "postgresql" else json.dumps(ids)},
         )
@@ -276,12 +279,21 @@ class RecallIndexRepository:
         """Whether the user has an entry of another session than `session_id` (one index
         lookup: the first such entry ends it)."""
         found = await driver_rows.rows(
-            self.session,
+            self.scope,
             "SELECT 1 FROM recall_entries WHERE user_id = :user_id AND session_id <> :session_id"
             " LIMIT 1",
             {"user_id": user_id, "session_id": session_id},
         )
         return bool(found)
+
+
+class RecallIndexRepository(RecallIndexReads):
+    """The reads of `RecallIndexReads`, and the index's upkeep (its rebuild, SQLite's merge
+    steps, counts), within one `AsyncSession`."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        super().__init__(session)
+        self.session = session
 
     async def latest_id(self) -> int:
         """The largest entry id so far (ids only grow: how far the index has been written)."""

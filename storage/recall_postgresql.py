@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from storage import driver_rows
 from storage.recall_bm25 import SearchedTerm, idf, rarest, recent_entries, run_scored
 from storage.recall_entries import ENTRY_COLUMNS, TURN, IndexSearch, Ranking, SearchBound
@@ -112,7 +110,7 @@ def _user_keys(terms: Sequence[SearchedTerm], kinds: Sequence[str], user_id: str
 
 
 async def search_postgresql(
-    session: AsyncSession,
+    session: driver_rows.DriverScope,
     terms: Sequence[str],
     *,
     kinds: Sequence[str],

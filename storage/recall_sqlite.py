@@ -20,8 +20,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from storage import driver_rows
 from storage.recall_bm25 import (
     SearchedTerm,
@@ -112,7 +110,7 @@ def _match(user_id: str, kinds: Sequence[str], term: str) -> str:
 
 
 async def search_sqlite(
-    session: AsyncSession,
+    session: driver_rows.DriverScope,
     terms: Sequence[str],
     *,
     kinds: Sequence[str],

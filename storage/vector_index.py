@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy.ext.asyncio import AsyncSession
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from storage import driver_rows
@@ -250,7 +249,7 @@ class VectorIndex:
 
     async def nearest(
         self,
-        db: AsyncSession,
+        db: driver_rows.DriverScope,
         user_id: str,
         vector: Vectors,
         *,
@@ -272,7 +271,7 @@ class VectorIndex:
 
     async def scorer(
         self,
-        db: AsyncSession,
+        db: driver_rows.DriverScope,
         user_id: str,
         *,
         kinds: Sequence[str],
@@ -313,7 +312,7 @@ class VectorIndex:
             self._held -= self._users.pop(key).size
 
     async def _read_on(
-        self, db: AsyncSession, user_id: str, group: str, window: int | None
+        self, db: driver_rows.DriverScope, user_id: str, group: str, window: int | None
     ) -> _UserMatrix:
         """The user's matrix of this kind group, read on: the rows written since the last
         search, and older ones while it holds fewer than `window` (all of them for None). A
@@ -335,7 +334,7 @@ class VectorIndex:
                     db, user, group, mine, before=_UNLIMITED, limit=window, older=False
                 )
                 return user
-            dialect = db.get_bind().dialect.name
+            dialect = driver_rows.dialect_of(db)
             rows = await driver_rows.rows(
                 db,
                 _READ_NEWER[dialect, group],
@@ -353,7 +352,7 @@ class VectorIndex:
 
     async def _read_back(
         self,
-        db: AsyncSession,
+        db: driver_rows.DriverScope,
         user: _UserMatrix,
         group: str,
         mine: dict[str, str],
@@ -365,7 +364,7 @@ class VectorIndex:
         """Add the newest `limit` rows before entry `before` (all for None) to the matrix, in
         entry order; the matrix holds all of the user's rows once fewer than asked came."""
         params = {**mine, "before": before, "limit": _UNLIMITED if limit is None else limit}
-        statement = _READ_OLDER[db.get_bind().dialect.name, group]
+        statement = _READ_OLDER[driver_rows.dialect_of(db), group]
         rows = await driver_rows.rows(db, statement, params, timestamps=(_READ_TIMESTAMP,))
         rows.reverse()
         user.complete = limit is None or len(rows) < limit

@@ -5,8 +5,10 @@ full-text and vector rankings keeps what either found."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import event
 
 import storage.vector_index
 from sessions.compaction import CompactionPolicy, Compactor
@@ -26,6 +27,7 @@ from sessions.recall_embedding import installed_embedder, model_files
 from sessions.recall_query import without_names
 from sessions.recall_ranking import fuse_ranks, fuse_scores
 from sessions.recall_values import RecallOptions
+from storage import driver_rows
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_entries import IndexedText
@@ -164,11 +166,20 @@ async def test_a_hit_deleted_after_the_vectors_were_read_is_left_out_and_the_nex
     async with database.session() as db:
         assert await SessionRepository(db).delete(gone)
     transactions = []
-    event.listen(database.engine.sync_engine, "begin", transactions.append)
+    reading = database.driver_reading
+
+    @contextlib.asynccontextmanager
+    async def counted() -> AsyncIterator[driver_rows.DriverScope]:
+        async with reading() as scope:
+            transactions.append(scope)
+            yield scope
+
+    database.driver_reading = counted  # type: ignore[method-assign]
     found = await hybrid.search("alice", question, 1, kinds=("turn",))
     assert [hit.message_id for hit in found] == kept
     # Two read-only transactions side by side; the second to end ranks and reads the texts.
     assert len(transactions) == 2
+    assert transactions[0] is not transactions[1]
 
 
 @needs_model

@@ -19,10 +19,11 @@ from sessions.engine_values import ContextReads, EngineSettings, RecallSettings
 from sessions.llm import OfflineLLM
 from sessions.recall_search import IndexQuery
 from sessions.recall_tool import SEARCH_TOOL_NAME
+from storage import driver_rows
 from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_entries import TURN
-from storage.recall_index import RecallIndexRepository
+from storage.recall_index import RecallIndexReads, RecallIndexRepository
 from storage.repositories.session_state import read_state
 from tests.sessions.test_recall import T0, conversation
 from tests.statements import recorded_statements
@@ -56,18 +57,18 @@ async def test_the_search_runs_after_the_turns_transaction_and_a_failure_leaves_
     found = await subject.with_earlier(reads)
     assert [excerpt.text for excerpt in found.earlier] == ["Acme invoice number 7 was paid."]
 
-    async def broken(self: IndexQuery, index: RecallIndexRepository, *_: object) -> None:
+    async def broken(self: IndexQuery, index: RecallIndexReads, *_: object) -> None:
         if self.kinds != (TURN,):
-            await index.session.execute(text("SELECT * FROM no_such_table"))
+            await driver_rows.rows(index.scope, "SELECT * FROM no_such_table", {})
         # The turns' half fails too, later, with its connection in hand meanwhile.
-        await index.session.execute(text("SELECT 1"))
+        await driver_rows.rows(index.scope, "SELECT 1", {})
         await asyncio.sleep(0.2)
-        await index.session.execute(text("SELECT * FROM no_such_table"))
+        await driver_rows.rows(index.scope, "SELECT * FROM no_such_table", {})
 
     monkeypatch.setattr(IndexQuery, "run", broken)
     failed = await subject.with_earlier(reads)
     # The other half ended with the search: none is left running, holding a connection.
-    assert database.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert database.connections_in_use() == 0
     context = subject.context_from(failed).context
     assert EARLIER_HEADING not in context.request.system
     assert failed.earlier == ()
