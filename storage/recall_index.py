@@ -1,9 +1,10 @@
 """The recall index: full-text search over one user's turns and summaries, ranked by BM25.
 
 The rows (`recall_entries`) are written by database triggers (migrations 0002 and 0003);
-this module owns the repository that reads them (`RecallIndexRepository`: a bounded search,
-the turns next to given positions, the texts of chosen entries) and rebuilds them on request
-(`gateway recall reindex`).
+this module owns the reads of a search (`RecallIndexReads`: a bounded search, the turns next
+to given positions, the texts of chosen entries, through the driver on any scope, a lent
+connection included) and the repository that also rebuilds them on request
+(`RecallIndexRepository`, in an ORM session: `gateway recall reindex`).
 The values it takes and returns are in `storage.recall_entries`; the search statements are
 each backend's (`storage.recall_postgresql`, `storage.recall_sqlite`), on the BM25 scoring
 they share (`storage.recall_bm25`).
