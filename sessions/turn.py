@@ -156,22 +156,23 @@ class TurnService:
         to_store = messages_to_store(turn, pending.content, taken, produced, reply_id)
         reply = TurnReply(reply_text, reply_id, outcome, failure, live)
         now = self.clock()
-        if self.calls.records(confirmed, outcome):
-            async with self.database.session() as db:
-                # The ORM's writes first (a tool turn's), then the turn's own, driver
-                # statements in one pipeline (`sessions.turn_write`).
+        # A tool turn's records are ORM writes and need a session; a plain turn's write is
+        # driver statements only (on PostgreSQL a lent connection, no session).
+        scope = (
+            self.database.session()
+            if self.calls.records(confirmed, outcome)
+            else self.database.driver_transaction()
+        )
+        async with scope as db:
+            if isinstance(db, AsyncSession):
+                # The ORM's writes first, then the turn's own, driver statements in one
+                # pipeline (`sessions.turn_write`).
                 await self.calls.record(
                     db, session_id, arrival.user_id, confirmed, outcome, now=now
                 )
-                first_seq, outbound = await write_turn(
-                    db, turn, route, to_store, reply, at=now, reply_lease=self.reply_lease
-                )
-        else:
-            # Driver statements only: no session (on PostgreSQL a lent connection).
-            async with self.database.driver_transaction() as scope:
-                first_seq, outbound = await write_turn(
-                    scope, turn, route, to_store, reply, at=now, reply_lease=self.reply_lease
-                )
+            first_seq, outbound = await write_turn(
+                db, turn, route, to_store, reply, at=now, reply_lease=self.reply_lease
+            )
         last_seq = first_seq + len(to_store) - 1
         # Nothing waits for a yes after this turn when none waited (or it answered the one
         # that did) and it asked none.

@@ -119,7 +119,7 @@ async def write_turn_vectors(
     vectors = embedder.embed([content for _, content in indexed])
     await driver_rows.send(
         db,
-        _insert_turn(len(indexed), "sqlite" if await driver_rows.on_sqlite(db) else "postgresql"),
+        _insert_turn(len(indexed), driver_rows.dialect_of(db)),
         {
             "session_id": session_id,
             "model": embedder.model_id,

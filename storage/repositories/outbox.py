@@ -199,11 +199,7 @@ class OutboxRepository:
     async def enqueue(self, **reply: Any) -> QueuedReply:
         """Commit a reply for sending, with the arguments of `send_enqueue`; the row, waited
         for."""
-        return await (await self.send_enqueue(**reply)).value()
-
-    async def send_enqueue(self, **reply: Any) -> SentReply:
-        """`send_enqueue` (the module's) in the session's transaction."""
-        return await send_enqueue(self.session, **reply)
+        return await (await send_enqueue(self.session, **reply)).value()
 
     async def claim_due(
         self, now: datetime, *, lease: timedelta, limit: int = 50
