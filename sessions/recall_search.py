@@ -247,20 +247,29 @@ class OneSearch:
         return fuse_scores([(turns, 1.0), (found, options.word_hop_weight)])
 
     async def summaries(self, session: DriverScope) -> list[IndexedText]:
-        """The candidate session and compaction summaries (fused)."""
+        """The candidate session and compaction summaries (fused). Their vectors are read on
+        before the words are searched, as the turns' are: the words' search leaves the rest
+        of its transaction with its settings (`storage.recall_postgresql`)."""
         options = self.options
+        kinds = (SUMMARY, COMPACTION)
         query = IndexQuery(
-            (SUMMARY, COMPACTION),
+            kinds,
             max(SUMMARY_CANDIDATES, self.limit),
             self.since,
             self.until,
             options.ranking,
             self.bounds.summaries,
         )
+        vector, vectors = self.vector, self.vectors
+        scorer = None
+        if vector is not None and vectors is not None and options.dense_summaries:
+            window = self.bounds.summaries.vector_window
+            scorer = await vectors.scorer(session, self.user_id, kinds=kinds, window=window)
         summaries = await query.run(RecallIndexReads(session), self.user_id, self.terms)
-        if self.vector is not None and self.options.dense_summaries:
+        if vector is not None and scorer is not None:
+            nearest = self._kept(await scorer.start(vector, self._dense_limit(kinds)))
             summaries = await self._fuse(
-                session, summaries, self.vector, (SUMMARY, COMPACTION), second_hop=0
+                session, summaries, vector, kinds, second_hop=0, nearest=nearest
             )
         return summaries
 

@@ -90,15 +90,22 @@ EMBEDDER_KEY = "recall_embedder"
 """The key of the recall `TextEmbedder` in a database session's `info`."""
 
 
-def _utc_options(url: URL) -> str:
-    """The URL's own `options` (server settings for the session), with the session's time
-    zone set to UTC: psycopg then returns every timestamp already in `datetime.UTC`, which the
-    code reads times in, instead of the server's zone ("Etc/UTC" is one, converted value by
-    value: about 400 conversions a recall search). SQL that turns a time into a day or a
-    month (`date_trunc`, `::date`) sees UTC whatever the server's default."""
+def _session_options(url: URL) -> str:
+    """The server settings of the gateway's PostgreSQL sessions, with the URL's own
+    `options` between them:
+
+    - no JIT compilation (`jit=off`) first, so that the URL may turn it back on: the
+      gateway's statements are short, and a plan the server estimates as dear (a user's
+      first vector read, a generic plan's guess) would otherwise be compiled on the spot,
+      6-7 ms of the server's CPU for a statement that runs in a few;
+    - the session's time zone set to UTC last, whatever the URL says: psycopg then returns
+      every timestamp already in `datetime.UTC`, which the code reads times in, instead of
+      the server's zone ("Etc/UTC" is one, converted value by value: about 400 conversions a
+      recall search). SQL that turns a time into a day or a month (`date_trunc`, `::date`)
+      sees UTC whatever the server's default."""
     given = url.query.get("options", "")
     own = " ".join(given) if isinstance(given, tuple) else given
-    return f"{own} -c TimeZone=UTC".strip()
+    return " ".join(part for part in ("-c jit=off", own, "-c TimeZone=UTC") if part)
 
 
 class Database:
@@ -135,7 +142,7 @@ class Database:
             # the pool grows by as many, so sessions keep `pool_size`.
             kept = ACCEPTING_CONNECTIONS + LENT_CONNECTIONS
             options.update(pool_size=pool_size + kept, max_overflow=overflow)
-            options["connect_args"] = {"connect_timeout": 5, "options": _utc_options(parsed)}
+            options["connect_args"] = {"connect_timeout": 5, "options": _session_options(parsed)}
         self.engine: AsyncEngine = create_async_engine(parsed, **options)
         self._lent: AutocommitConnections | None = None
         self._accepting: AutocommitConnections | None = None

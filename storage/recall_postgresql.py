@@ -24,10 +24,15 @@ from storage.recall_entries import ENTRY_COLUMNS, TURN, IndexSearch, Ranking, Se
 
 # The query's lexemes with the number of the user's entries holding each, and the
 # collection (term '') with its total length. It also sets, for the search that follows in the
-# transaction (one round trip fewer than a SET), custom plans (a prepared statement's generic
-# plan would be one plan for every user and query) and no sequential scans: the bound holds
-# only if every read is an index range (a small or not yet analyzed table would otherwise be
-# scanned whole, computing every row's user lexemes).
+# transaction (one round trip fewer than a SET), no sequential scans (the bound holds only if
+# every read is an index range: a small or not yet analyzed table would otherwise be scanned
+# whole, computing every row's user lexemes) and generic plans: the search's shape is fixed
+# by its fences (MATERIALIZED, OFFSET 0) and by the indexes left to it, so a plan made once per
+# connection serves every user, where a custom plan cost 0.5-0.8 ms of the server's CPU at
+# every search (estimating each searched lexeme's selectivity). The settings last until the
+# search's read-only transaction ends: what follows it there (the turns next to the best, the
+# hits' texts) is read by primary or (session_id, seq) keys, which a generic plan reads alike;
+# the session has no JIT to set off on a generic plan's guessed cost (`storage.database`).
 _STATISTICS = """
 WITH q AS (
     SELECT DISTINCT lexeme
@@ -40,7 +45,7 @@ FROM q LEFT JOIN recall_stats s
 GROUP BY q.lexeme
 UNION ALL
 SELECT '', coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8,
-       set_config('plan_cache_mode', 'force_custom_plan', true)
+       set_config('plan_cache_mode', 'force_generic_plan', true)
        || set_config('enable_seqscan', 'off', true)
 FROM recall_stats WHERE user_id = :user_id AND kind IN (__KINDS__) AND term = ''
 """
@@ -104,6 +109,11 @@ def _tsquery_lexeme(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+def _any_term(terms: Sequence[SearchedTerm]) -> str:
+    """A tsquery matching an entry that holds any of these lexemes."""
+    return " | ".join(_tsquery_lexeme(t.key) for t in terms)
+
+
 def _user_keys(terms: Sequence[SearchedTerm], kinds: Sequence[str], user_id: str) -> list[str]:
     """The keys of these lexemes of the user's entries of these kinds in the GIN index."""
     return [f"{term.key} {kind} {user_id}" for term in terms for kind in kinds]
@@ -140,27 +150,44 @@ async def search_postgresql(
     if not searched:
         return IndexSearch([], 0)
     user_id = params["user_id"]
-    params.update(
-        any_term=" | ".join(_tsquery_lexeme(t.key) for t in searched),
-        window=bound.window,
-    )
     if ranking == "ts_rank":
-        params["all_keys"] = _user_keys(searched, kinds, user_id)
-        sql = _TS_RANK_SEARCH
+        params.update(any_term=_any_term(searched), all_keys=_user_keys(searched, kinds, user_id))
+        sql = _TS_RANK_SEARCH.replace("__ENTRY_COLUMNS__", ENTRY_COLUMNS)
     else:
-        weights: list[str] = []
-        for n, term in enumerate(searched):
-            params[f"term_{n}"] = _tsquery_lexeme(term.key)
-            params[f"weight_{n}"] = idf(term.documents, max(collection, term.documents))
-            weights.append(f"(c.tsv @@ CAST(:term_{n} AS tsquery))::int * :weight_{n}")
-        params["rare_keys"] = _user_keys([t for t in searched if t.rare], kinds, user_id)
-        params["avgdl"] = total_length / collection if collection and total_length else 1.0
-        # A turn's tsvector is small and stored as is; a summary's may be compressed.
-        plain = "r.tsv" if list(kinds) == [TURN] else "strip(r.tsv)"
-        sql = (
-            _BM25_SEARCH.replace("__RECENT__", recent_entries(kinds, extra=", e.tsv"))
-            .replace("__WEIGHTS__", " + ".join(weights))
-            .replace("__PLAIN__", plain)
+        sql, more = bm25_statement(
+            searched, kinds, user_id, bound, collection=collection, total_length=total_length
         )
-    sql = sql.replace("__ENTRY_COLUMNS__", ENTRY_COLUMNS).replace("__KINDS__", in_kinds)
+        params.update(more)
     return await run_scored(session, sql, params)
+
+
+def bm25_statement(
+    searched: Sequence[SearchedTerm],
+    kinds: Sequence[str],
+    user_id: str,
+    bound: SearchBound,
+    *,
+    collection: float,
+    total_length: float,
+) -> tuple[str, dict[str, Any]]:
+    """The BM25 search of `searched` among the user's entries of `kinds` (our own constants,
+    sorted), and its parameters beside those `search_postgresql` is given (the user, the
+    period, the limit, the BM25 constants)."""
+    params: dict[str, Any] = {"any_term": _any_term(searched), "window": bound.window}
+    weights: list[str] = []
+    for n, term in enumerate(searched):
+        params[f"term_{n}"] = _tsquery_lexeme(term.key)
+        params[f"weight_{n}"] = idf(term.documents, max(collection, term.documents))
+        weights.append(f"(c.tsv @@ CAST(:term_{n} AS tsquery))::int * :weight_{n}")
+    params["rare_keys"] = _user_keys([t for t in searched if t.rare], kinds, user_id)
+    params["avgdl"] = total_length / collection if collection and total_length else 1.0
+    # A turn's tsvector is small and stored as is; a summary's may be compressed.
+    plain = "r.tsv" if list(kinds) == [TURN] else "strip(r.tsv)"
+    sql = (
+        _BM25_SEARCH.replace("__RECENT__", recent_entries(kinds, extra=", e.tsv"))
+        .replace("__WEIGHTS__", " + ".join(weights))
+        .replace("__PLAIN__", plain)
+        .replace("__ENTRY_COLUMNS__", ENTRY_COLUMNS)
+        .replace("__KINDS__", ", ".join(f"'{kind}'" for kind in kinds))
+    )
+    return sql, params

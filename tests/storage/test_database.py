@@ -455,29 +455,35 @@ async def test_naive_datetimes_are_refused(database: Database) -> None:
             )
 
 
-async def test_postgresql_sessions_run_in_utc_keeping_the_urls_own_options(
+async def test_postgresql_sessions_run_in_utc_without_jit_keeping_the_urls_own_options(
     migrated_postgres_url: str,
 ) -> None:
     # The server's default zone is not UTC; the URL sets a server option of its own.
     url = make_url(migrated_postgres_url).set(
         query={"options": "-c statement_timeout=4321 -c TimeZone=Asia/Kolkata"}
     )
+    settings = (
+        "SELECT now(), current_setting('TimeZone'), current_setting('statement_timeout'), "
+        "current_setting('jit')"
+    )
     database = Database(url.render_as_string(hide_password=False))
     try:
         async with database.session() as session:
-            now, zone, timeout = (
-                await session.execute(
-                    text(
-                        "SELECT now(), current_setting('TimeZone'), "
-                        "current_setting('statement_timeout')"
-                    )
-                )
-            ).one()
-        assert (zone, timeout) == ("UTC", "4321ms")
+            now, zone, timeout, jit = (await session.execute(text(settings))).one()
+        assert (zone, timeout, jit) == ("UTC", "4321ms", "off")
         assert now.tzinfo is UTC  # as the driver returns it: no conversion left to make
         async with database.statement(writes=False) as lent:
-            [(lent_now,)] = await driver_rows.rows(lent, "SELECT now()", {})
-        assert lent_now.tzinfo is UTC
+            [(lent_now, lent_zone, _, lent_jit)] = await driver_rows.rows(lent, settings, {})
+        assert (lent_now.tzinfo, lent_zone, lent_jit) == (UTC, "UTC", "off")
+    finally:
+        await database.dispose()
+    # The URL may turn JIT back on; the zone stays UTC.
+    url = url.set(query={"options": "-c jit=on -c TimeZone=Asia/Kolkata"})
+    database = Database(url.render_as_string(hide_password=False))
+    try:
+        async with database.session() as session:
+            _, zone, _, jit = (await session.execute(text(settings))).one()
+        assert (zone, jit) == ("UTC", "on")
     finally:
         await database.dispose()
 
