@@ -328,7 +328,7 @@ class OneSearch:
         self, session: DriverScope
     ) -> asyncio.Future[list[IndexedText]] | None:
         """The turns nearest to the question, scored in another thread while the words are
-        looked up (a product of 20,000 vectors takes a millisecond or two, and the event loop
+        looked up (a product of 10,000 vectors takes a millisecond or two, and the event loop
         has the words' rows to read meanwhile); None when the vector depends on what the
         words find (`dense_without_names`), or there is no vector."""
         vectors = self.vectors

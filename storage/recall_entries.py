@@ -36,7 +36,7 @@ class SearchBound:
     max_terms: int = 8
     considered_terms: int = 32
     # Dense recall: the most recent entries whose vectors are scored (all of them: None).
-    vector_window: int | None = 20_000
+    vector_window: int | None = 10_000
 
     def __post_init__(self) -> None:
         if (
