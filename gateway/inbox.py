@@ -48,13 +48,18 @@ class Inbox:
         metrics: GatewayMetrics,
         *,
         clock: Callable[[], datetime],
-        on_accept: Callable[[str], None],
+        on_accept: Callable[[str], None] | None,
         on_arrival: Callable[[int, str, dict[str, Any]], None] | None = None,
+        announce: bool = False,
     ) -> None:
         self.database = database
         self.metrics = metrics
         self.clock = clock
+        # Told the sender of each new message once committed, to schedule its turn in this
+        # process; None when the turns run elsewhere and the INSERT announces the senders
+        # to them itself (`announce`, PostgreSQL: `storage.inbox_signal`).
         self.on_accept = on_accept
+        self.announce = announce
         # Told (event id, sender key, message record) of each new message once committed,
         # before `on_accept` schedules its turn, for what can be shown at once (the status).
         self.on_arrival = on_arrival
@@ -93,7 +98,7 @@ class Inbox:
     async def _store(self, events: list[NewInboundEvent]) -> list[int | None]:
         # One multi-row INSERT: committed by itself before anyone is acknowledged.
         async with self.database.statement(writes=True, accepting=True) as scope:
-            event_ids = await accept_events(scope, events)
+            event_ids = await accept_events(scope, events, announce=self.announce)
         # Committed: counted, logged and handed to the dispatcher here rather than by each
         # caller, so a caller that went away (a closed request) cannot hide its message.
         for event, event_id in zip(events, event_ids, strict=True):
@@ -114,7 +119,8 @@ class Inbox:
                 )
                 if self.on_arrival is not None:
                     self.on_arrival(event_id, event.sender_key, event.message)
-                self.on_accept(event.sender_key)
+                if self.on_accept is not None:
+                    self.on_accept(event.sender_key)
         return event_ids
 
 

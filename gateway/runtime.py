@@ -44,7 +44,7 @@ from sessions.toolbox import McpToolbox
 from sessions.turn import TurnService
 from storage.column_types import utcnow
 from storage.database import Database
-from storage.inbox_signal import InboxNotifier, inbox_listener
+from storage.inbox_signal import inbox_listener
 from storage.local_transcripts import LocalTranscriptStore
 from storage.locks import TurnLocks, turn_locks_for
 from storage.memory_signal import memory_listener
@@ -185,7 +185,6 @@ class GatewayRuntime:
     # all: accept and run turns; accept: only accept (turn workers run them); turns: a turn
     # worker (no HTTP, no email listener, no migrations).
     role: Role = "all"
-    notifier: InboxNotifier | None = None
     # The MCP servers (None in a process that runs no turns).
     toolbox: McpToolbox | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -308,20 +307,18 @@ class GatewayRuntime:
             work_slots=work_slots,
             adapters=adapters,
         )
-        # Accepting only, the turn workers hear of new messages by notification; otherwise
-        # the inbox wakes this process's dispatcher (built below, once the adapters exist).
-        notifier = InboxNotifier(database.url) if role == "accept" else None
+        # Accepting only, the turn workers hear of new messages by notification (sent by the
+        # inbox's INSERT itself); otherwise the inbox wakes this process's dispatcher (built
+        # below, once the adapters exist).
+        announce = role == "accept"
         inbox = Inbox(
             database,
             metrics,
             clock=clock,
-            on_accept=notifier.publish
-            if notifier is not None
-            else lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
+            on_accept=None if announce else lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
             # Only a process that runs the turns shows their status as messages arrive.
-            on_arrival=None
-            if notifier is not None
-            else lambda *arrival: dispatcher.arrived(*arrival),  # noqa: PLW0108 (bound later)
+            on_arrival=None if announce else lambda *arrival: dispatcher.arrived(*arrival),  # noqa: PLW0108 (bound later)
+            announce=announce,
         )
         feed = OutboxFeed(database)
         history = WebHistory(database)
@@ -380,7 +377,6 @@ class GatewayRuntime:
             admin=admin,
             adapters=adapters,
             role=role,
-            notifier=notifier,
             toolbox=toolbox,
         )
 
@@ -428,8 +424,6 @@ class GatewayRuntime:
                 task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.notifier is not None:
-            await self.notifier.close()
         await self.locks.close()
         if self.toolbox is not None:
             await self.toolbox.close()

@@ -13,12 +13,18 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage import driver_rows
+from storage.inbox_signal import CHANNEL as INBOX_CHANNEL
 from storage.models import InboundEvent, InboundStatus
 from storage.repositories._sql import dialect_insert
 
 MAX_ACCEPT_BATCH = 128
 """Events per `accept_events` statement (and so per inbox transaction) at most: a few hundred kB
 of payloads in one statement, whose text is cached for each number of rows."""
+
+ANNOUNCED_TOGETHER = 16
+"""Senders per notification of `accept_events(announce=True)`: sender keys are at most 400
+characters, so 16 of them and their newlines stay under PostgreSQL's payload limit (8,000
+bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +63,10 @@ _ACCEPTED = ("channel_type", "message_id", "sender_key", "received_at", "message
 _QUEUED = "SELECT id, message, live_reply FROM inbound_events WHERE id = :id"
 
 
-@functools.lru_cache(maxsize=MAX_ACCEPT_BATCH)
-def _accept_many(count: int) -> str:
+@functools.lru_cache(maxsize=2 * MAX_ACCEPT_BATCH)
+def _accept_many(count: int, *, announce: bool) -> str:
     # status and attempts as the model's defaults would set them.
-    return (
+    insert = (
         "INSERT INTO inbound_events "  # noqa: S608 (placeholders only)
         f"({', '.join(_ACCEPTED)}, status, attempts) VALUES "
         + ", ".join(
@@ -68,8 +74,27 @@ def _accept_many(count: int) -> str:
             for row in range(count)
         )
         + " ON CONFLICT (channel_type, message_id) DO NOTHING"
-        " RETURNING id, channel_type, message_id"
+        " RETURNING id, channel_type, message_id, sender_key"
     )
+    if not announce:
+        return insert
+    # The senders of the new rows (not the duplicates), oldest first, `ANNOUNCED_TOGETHER` to
+    # a notification; PostgreSQL sends them when the statement commits. The count keeps the
+    # CTE that notifies in the plan (only referenced CTEs run), evaluated once.
+    return f"""
+WITH accepted AS ({insert}),
+senders AS (SELECT sender_key, min(id) AS first FROM accepted GROUP BY sender_key),
+parts AS (
+    SELECT sender_key, first,
+           (row_number() OVER (ORDER BY first) - 1) / {ANNOUNCED_TOGETHER} AS part
+    FROM senders
+),
+announced AS (
+    SELECT pg_notify('{INBOX_CHANNEL}', string_agg(sender_key, E'\\n' ORDER BY first))
+    FROM parts GROUP BY part
+)
+SELECT accepted.*, (SELECT count(*) FROM announced) AS notifications FROM accepted
+"""  # noqa: S608 (our constants and placeholders only)
 
 
 @functools.lru_cache(maxsize=16)
@@ -199,13 +224,17 @@ class InboxRepository:
 
 
 async def accept_events(
-    scope: driver_rows.DriverScope, events: Sequence[NewInboundEvent]
+    scope: driver_rows.DriverScope, events: Sequence[NewInboundEvent], *, announce: bool = False
 ) -> list[int | None]:
     """Insert new events with one multi-row statement, in the given order.
 
     For each event its row id, or None when its (channel, message id) was seen before: in
     the table, or earlier in `events`. Every accepted message goes through here, so the
     statement runs through the driver (`storage.driver_rows`).
+
+    `announce` (PostgreSQL): the same statement notifies the turn workers of the new rows'
+    senders (`storage.inbox_signal`), delivered when it commits, so a worker never hears of
+    a row it cannot read yet; a statement whose rows are all duplicates notifies nobody.
     """
     if not events:
         return []
@@ -223,8 +252,9 @@ async def accept_events(
         }
         for event in firsts.values()
     ]
-    found = await driver_rows.rows(scope, _accept_many(len(rows)), driver_rows.numbered(rows))
-    ids = {(channel, message_id): row_id for row_id, channel, message_id in found}
+    statement = _accept_many(len(rows), announce=announce)
+    found = await driver_rows.rows(scope, statement, driver_rows.numbered(rows))
+    ids = {(channel, message_id): row_id for row_id, channel, message_id, *_ in found}
     # pop: the first of several events with one key gets the id, the others None.
     return [ids.pop((event.channel_type, event.message_id), None) for event in events]
 

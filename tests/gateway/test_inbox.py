@@ -74,9 +74,11 @@ def counted_commits() -> Iterator[list[int]]:
     commits: list[int] = []
     original = gateway.inbox.accept_events
 
-    async def counted(scope: DriverScope, events: Sequence[NewInboundEvent]) -> list[int | None]:
+    async def counted(
+        scope: DriverScope, events: Sequence[NewInboundEvent], *, announce: bool = False
+    ) -> list[int | None]:
         commits.append(len(events))
-        return await original(scope, events)
+        return await original(scope, events, announce=announce)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(gateway.inbox, "accept_events", counted)
