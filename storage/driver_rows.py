@@ -146,7 +146,12 @@ def utc(value: datetime | str) -> datetime:
     """A timestamp column's value as the driver returned it, aware in UTC (SQLite returns
     the stored string, PostgreSQL an aware value in the connection's time zone)."""
     if isinstance(value, str):
-        return datetime.fromisoformat(value).replace(tzinfo=UTC)
+        try:
+            # The stored text is UTC without an offset: parsed with one, in 0.14 µs where
+            # parsing and then `replace(tzinfo=UTC)` took 1 µs (a search reads ~700 rows).
+            return datetime.fromisoformat(value + "+00:00")
+        except ValueError:
+            return datetime.fromisoformat(value).replace(tzinfo=UTC)
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
@@ -228,6 +233,12 @@ def driver_error(exc: psycopg.Error | sqlite3.Error) -> StorageError:
 def _converted(found: Sequence[Any], timestamps: Sequence[int]) -> list[tuple[Any, ...]]:
     if not timestamps:
         return [tuple(row) for row in found]
+    if len(timestamps) == 1:
+        # The recall search's rows (one timestamp each): built in one go.
+        (at,) = timestamps
+        return [
+            (*row[:at], None if row[at] is None else utc(row[at]), *row[at + 1 :]) for row in found
+        ]
     converted: list[tuple[Any, ...]] = []
     for row in found:
         values = list(row)

@@ -52,6 +52,20 @@ async def test_rows_with_bound_times_and_timestamps_in_utc(database: Database) -
     assert found[0][1].tzinfo is UTC
 
 
+def test_a_timestamps_text_or_value_reads_as_the_instant_in_utc() -> None:
+    instant = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
+    # SQLite's stored text (UTC, no offset), with and without its fraction; text that carries
+    # an offset keeps its wall time, as before; a value in another zone is converted.
+    assert driver_rows.utc("2026-03-04 05:06:07.890123") == instant
+    assert driver_rows.utc("2026-03-04 05:06:07") == instant.replace(microsecond=0)
+    assert driver_rows.utc("2026-03-04T05:06:07.890123+00:00") == instant
+    assert driver_rows.utc(instant.astimezone(timezone(timedelta(hours=-5)))) == instant
+    read = [driver_rows.utc(value) for value in ("2026-03-04 05:06:07", instant)]
+    assert all(value.tzinfo is UTC for value in read)
+    with pytest.raises(ValueError, match="Invalid isoformat"):
+        driver_rows.utc("not a time")
+
+
 async def test_many_rows_in_one_values_list(database: Database) -> None:
     made = datetime(2026, 3, 4, tzinfo=UTC)
     names = ("id", "name", "context", "created_at")
