@@ -16,6 +16,7 @@ from storage.database import Database
 from storage.inbox_signal import CHANNEL, inbox_listener
 from storage.notifications import libpq_url
 from storage.repositories.inbox import ANNOUNCED_TOGETHER, NewInboundEvent, accept_events
+from tests.storage.listening import running, until
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 
@@ -24,24 +25,12 @@ def event(message_id: str, sender: str) -> NewInboundEvent:
     return NewInboundEvent("web", message_id, sender, T0, {"content": message_id}, {})
 
 
-async def until(condition: object) -> None:
-    async with asyncio.timeout(10):
-        while not condition():  # type: ignore[operator]
-            await asyncio.sleep(0.01)
-
-
 @contextlib.asynccontextmanager
 async def heard_by_a_worker(database: Database) -> AsyncIterator[list[str | None]]:
     """What a turn worker's listener hears, in order (None: it connected)."""
     heard: list[str | None] = []
-    task = asyncio.create_task(inbox_listener(database.url, heard.append).run())
-    await until(lambda: heard == [None])
-    try:
+    async with running(inbox_listener(database.url, heard.append), heard):
         yield heard
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def test_the_insert_announces_the_new_rows_senders_when_it_commits(

@@ -4,9 +4,8 @@ drops every copy when it is back."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 from sqlalchemy import delete, text
@@ -18,6 +17,7 @@ from storage.memory_signal import memory_listener
 from storage.models import UserMemoryFact
 from storage.repositories.memory import MemoryRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
+from tests.storage.listening import running, until
 
 NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 
@@ -35,12 +35,6 @@ async def facts_of(cache: MemoryCache, database: Database, user_id: str) -> tupl
     return facts
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(10):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
 @contextlib.asynccontextmanager
 async def listening(database: Database, cache: MemoryCache) -> AsyncIterator[list[str | None]]:
     """The cache following the announcements; each one heard, in order."""
@@ -54,14 +48,9 @@ async def listening(database: Database, cache: MemoryCache) -> AsyncIterator[lis
         cache.unheard()
         heard.append(f"(lost: kept {cache._entries.ttl:.0f} s)")
 
-    task = asyncio.create_task(memory_listener(database.url, changed, lost).run())
-    await until(lambda: heard == [None])  # connected: every copy dropped
-    try:
+    # Once connected, every copy dropped (the None heard first).
+    async with running(memory_listener(database.url, changed, lost), heard):
         yield heard
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def test_a_change_in_any_process_drops_the_users_cached_memory(
