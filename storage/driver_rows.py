@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import aiosqlite
 import psycopg
 from psycopg.types.json import Json
 from sqlalchemy.exc import SQLAlchemyError
@@ -83,15 +84,27 @@ class LentConnection:
     info: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class LentSqlite:
+    """An aiosqlite connection lent for a read-only transaction of driver statements
+    (`Database.driver_reading` on a database file: `storage.sqlite_readers`)."""
+
+    raw: aiosqlite.Connection
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
 # Where the functions below run their statements: a session's connection, inside its
 # transaction, or a lent connection.
-DriverScope = AsyncSession | LentConnection
+DriverScope = AsyncSession | LentConnection | LentSqlite
 
 
 def dialect_of(scope: DriverScope) -> str:
-    """The scope's database: "postgresql" or "sqlite" (a lent connection is PostgreSQL's)."""
+    """The scope's database: "postgresql" or "sqlite" (a lent connection is PostgreSQL's,
+    a lent SQLite connection SQLite's)."""
     if isinstance(scope, LentConnection):
         return "postgresql"
+    if isinstance(scope, LentSqlite):
+        return "sqlite"
     return str(scope.get_bind().dialect.name)
 
 
@@ -179,6 +192,8 @@ async def _driver(session: DriverScope) -> tuple[Any, bool]:
     overwritten by them), and whether it is SQLite's."""
     if isinstance(session, LentConnection):
         return session.raw, False
+    if isinstance(session, LentSqlite):
+        return session.raw, True
     pending = session.new or session.dirty or session.deleted
     transaction = session.sync_session.get_transaction()
     known = session.info.get(_DRIVER_KEY)

@@ -204,3 +204,39 @@ async def test_on_sqlite_a_driver_transaction_is_a_session(tmp_path: Path) -> No
         assert await notes(database) == ["two"]
     finally:
         await database.dispose()
+
+
+async def test_on_sqlite_a_driver_reading_has_a_connection_of_its_own_beside_the_writer(
+    tmp_path: Path,
+) -> None:
+    database = Database(f"sqlite+aiosqlite:///{tmp_path}/gateway.db")
+    count = "SELECT count(*) FROM notes"
+    try:
+        async with database.session() as db:
+            await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
+            await db.execute(text("INSERT INTO notes VALUES ('one')"))
+        # A writer holds the write lock with a row not committed yet: the reading neither
+        # waits for it nor sees the row, and holds its snapshot to its end.
+        async with database.session() as writer:
+            await writer.execute(text("INSERT INTO notes VALUES ('two')"))
+            async with asyncio.timeout(2), database.driver_reading() as scope:
+                assert isinstance(scope, driver_rows.LentSqlite)
+                assert await driver_rows.rows(scope, count, {}) == [(1,)]
+                assert database.connections_in_use() == 2  # the writer's and this one
+        # A failed reading is a StorageError and leaves nothing held; the next one reads.
+        with pytest.raises(StorageError, match="no such table"):
+            async with database.driver_reading() as scope:
+                await driver_rows.rows(scope, "SELECT * FROM no_such_table", {})
+        assert database.connections_in_use() == 0
+        async with database.driver_reading() as scope:
+            assert await driver_rows.rows(scope, count, {}) == [(2,)]
+    finally:
+        await database.dispose()
+    # A database in memory is one connection's: readings go through its sessions.
+    in_memory = Database("sqlite+aiosqlite://")
+    try:
+        async with in_memory.driver_reading() as scope:
+            assert not isinstance(scope, driver_rows.LentSqlite)
+            assert await driver_rows.rows(scope, "SELECT 1", {}) == [(1,)]
+    finally:
+        await in_memory.dispose()
