@@ -247,29 +247,20 @@ class OneSearch:
         return fuse_scores([(turns, 1.0), (found, options.word_hop_weight)])
 
     async def summaries(self, session: DriverScope) -> list[IndexedText]:
-        """The candidate session and compaction summaries (fused). Their vectors are read on
-        before the words are searched, as the turns' are: the words' search leaves the rest
-        of its transaction with its settings (`storage.recall_postgresql`)."""
+        """The candidate session and compaction summaries (fused)."""
         options = self.options
-        kinds = (SUMMARY, COMPACTION)
         query = IndexQuery(
-            kinds,
+            (SUMMARY, COMPACTION),
             max(SUMMARY_CANDIDATES, self.limit),
             self.since,
             self.until,
             options.ranking,
             self.bounds.summaries,
         )
-        vector, vectors = self.vector, self.vectors
-        scorer = None
-        if vector is not None and vectors is not None and options.dense_summaries:
-            window = self.bounds.summaries.vector_window
-            scorer = await vectors.scorer(session, self.user_id, kinds=kinds, window=window)
         summaries = await query.run(RecallIndexReads(session), self.user_id, self.terms)
-        if vector is not None and scorer is not None:
-            nearest = self._kept(await scorer.start(vector, self._dense_limit(kinds)))
+        if self.vector is not None and self.options.dense_summaries:
             summaries = await self._fuse(
-                session, summaries, vector, kinds, second_hop=0, nearest=nearest
+                session, summaries, self.vector, (SUMMARY, COMPACTION), second_hop=0
             )
         return summaries
 

@@ -93,6 +93,17 @@ class IndexSearch:
     examined: int
 
 
+OTHERS_INDEXED = (
+    "EXISTS (SELECT 1 FROM sessions other WHERE other.user_id = {user} AND other.id <> {session}"
+    " AND EXISTS (SELECT 1 FROM recall_entries r WHERE r.session_id = other.id))"
+)
+"""Whether a user has a recall entry in another session than one, as SQL for both backends
+(`{user}` and `{session}` are SQL expressions): each of the user's other sessions is one
+lookup of (session_id, seq), the first with an entry ending it, so it costs at most the
+user's number of sessions, never the number of entries of the current one. An entry's user
+is its session's (the triggers that write entries take it from the session)."""
+
+
 ENTRY_COLUMNS = (
     "e.id, e.session_id, e.kind, e.source_id, e.seq, e.speaker, e.channel_type, e.occurred_at"
 )

@@ -56,6 +56,7 @@ from storage.recall_entries import (
     ENTRY_COLUMNS,
     ENTRY_TIMESTAMP,
     KINDS,
+    OTHERS_INDEXED,
     IndexedText,
     IndexSearch,
     Ranking,
@@ -277,15 +278,14 @@ class RecallIndexReads:
         return {int(entry_id): body for entry_id, owner, body in found if owner == user_id}
 
     async def has_entries_outside(self, user_id: str, session_id: str) -> bool:
-        """Whether the user has an entry of another session than `session_id` (one index
-        lookup: the first such entry ends it)."""
+        """Whether the user has an entry of another session than `session_id`
+        (`OTHERS_INDEXED`: a lookup for each of the user's other sessions until one has)."""
         found = await driver_rows.rows(
             self.scope,
-            "SELECT 1 FROM recall_entries WHERE user_id = :user_id AND session_id <> :session_id"
-            " LIMIT 1",
+            f"SELECT {OTHERS_INDEXED.format(user=':user_id', session=':session_id')}",
             {"user_id": user_id, "session_id": session_id},
         )
-        return bool(found)
+        return bool(found and found[0][0])
 
 
 class RecallIndexRepository(RecallIndexReads):

@@ -24,15 +24,12 @@ from storage.recall_entries import ENTRY_COLUMNS, TURN, IndexSearch, Ranking, Se
 
 # The query's lexemes with the number of the user's entries holding each, and the
 # collection (term '') with its total length. It also sets, for the search that follows in the
-# transaction (one round trip fewer than a SET), no sequential scans (the bound holds only if
-# every read is an index range: a small or not yet analyzed table would otherwise be scanned
-# whole, computing every row's user lexemes) and generic plans: the search's shape is fixed
-# by its fences (MATERIALIZED, OFFSET 0) and by the indexes left to it, so a plan made once per
-# connection serves every user, where a custom plan cost 0.5-0.8 ms of the server's CPU at
-# every search (estimating each searched lexeme's selectivity). The settings last until the
-# search's read-only transaction ends: what follows it there (the turns next to the best, the
-# hits' texts) is read by primary or (session_id, seq) keys, which a generic plan reads alike;
-# the session has no JIT to set off on a generic plan's guessed cost (`storage.database`).
+# transaction (one round trip fewer than a SET), custom plans (a prepared statement's generic
+# plan would be one plan for every user and query: measured, generic plans of this search and
+# of the vectors' reads that follow it made the assembly of users beside a larger one two to
+# five times slower, for 0.5-0.8 ms of planning saved) and no sequential scans: the bound
+# holds only if every read is an index range (a small or not yet analyzed table would
+# otherwise be scanned whole, computing every row's user lexemes).
 _STATISTICS = """
 WITH q AS (
     SELECT DISTINCT lexeme
@@ -45,7 +42,7 @@ FROM q LEFT JOIN recall_stats s
 GROUP BY q.lexeme
 UNION ALL
 SELECT '', coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8,
-       set_config('plan_cache_mode', 'force_generic_plan', true)
+       set_config('plan_cache_mode', 'force_custom_plan', true)
        || set_config('enable_seqscan', 'off', true)
 FROM recall_stats WHERE user_id = :user_id AND kind IN (__KINDS__) AND term = ''
 """

@@ -4,21 +4,16 @@ bounded share of a user's history: the recent window, and rare words anywhere.""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 
-import pytest
-from psycopg.sql import Literal
 from sqlalchemy import insert, text, update
 
 from storage.database import Database
-from storage.driver_rows import LentConnection
 from storage.models import Session, SessionCompaction, SessionMessage, SessionSummary
-from storage.recall_bm25 import K1, B, SearchedTerm
 from storage.recall_entries import COMPACTION, SUMMARY, TURN, SearchBound
 from storage.recall_index import RecallIndexReads, RecallIndexRepository, merge_full_text
-from storage.recall_postgresql import bm25_statement
 from storage.repositories.compactions import CompactionRepository
+from storage.repositories.session_state import read_state
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
@@ -384,59 +379,24 @@ async def test_the_turns_next_to_a_position_skip_what_is_not_indexed_and_stay_in
     assert await next_to("alice") == []
 
 
-async def test_the_words_search_plans_once_for_every_user_through_the_users_own_keys(
-    database: Database,
-) -> None:
-    """On PostgreSQL the search runs on a generic plan, made once per connection for every
-    user and query. While the table's statistics are off (never analyzed here), that plan
-    must still read the window through (user_id, kind, occurred_at) and the rare words'
-    postings through the user's own lexemes in the GIN index: never the whole table."""
-    if database.is_sqlite:
-        pytest.skip("PostgreSQL's generic plans")
-    for user_id in ("alice", "bob"):
-        await make_user(database, user_id, user_id.title())
-        for _ in range(3):
-            await make_session(database, user_id, *[("user", f"offsite {n}") for n in range(20)])
-    await make_session(database, "alice", ("user", "The Zurich offsite is booked."))
-    searched = [SearchedTerm("zurich", 1, True), SearchedTerm("offsit", 61, False)]
-    bound = SearchBound(window=5)
-    for kinds in ([TURN], [COMPACTION, SUMMARY]):
-        sql, params = bm25_statement(
-            searched, kinds, "alice", bound, collection=61, total_length=150
-        )
-        params |= {"user_id": "alice", "limit": 10, "k1": K1, "b": B}
-        params |= {"since": T0 - timedelta(days=1), "until": T0 + timedelta(days=1)}
-        numbered, order = _numbered(sql)
-        async with database.statement(writes=False) as lent, lent.raw.transaction():
-            raw = lent.raw
-            await raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            await raw.execute("SET LOCAL enable_seqscan = off")
-            await raw.execute(f"PREPARE words AS {numbered}")
-            literals = ", ".join(Literal(params[name]).as_string(raw) for name in order)
-            cursor = await raw.execute(f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE words({literals})")
-            plan = "\n".join(row[0] for row in await cursor.fetchall())
-            await raw.execute("DEALLOCATE words")
-        assert "ix_recall_entries_user_kind_occurred_at" in plan
-        assert "recall_entries_tsv" in plan
-        assert "Seq Scan" not in plan
-        assert "JIT" not in plan
-    # The search itself runs on that generic plan once the driver prepares its statement
-    # (from its sixth run on a connection).
-    async with database.driver_reading() as scope:
-        assert isinstance(scope, LentConnection)
-        for _ in range(8):
-            found = await RecallIndexReads(scope).search(
-                "alice", ["zurich", "offsite"], bound=bound
+async def test_whether_a_user_has_entries_in_another_session(database: Database) -> None:
+    """Asked of the user's other sessions (each one lookup), the same in a session's state
+    and on its own: an empty session does not count, nor another user's entries."""
+    await make_user(database, "alice", "Alice")
+    await make_user(database, "bob", "Bob")
+    current = await make_session(database, "alice", *[("user", f"turn {n}") for n in range(30)])
+    await make_session(database, "bob", ("user", "Bob's own words."))
+
+    async def answers() -> tuple[bool | None, bool]:
+        async with database.driver_reading() as scope:
+            state = await read_state(scope, current)
+            assert state is not None
+            return state.others_indexed, await RecallIndexReads(scope).has_entries_outside(
+                "alice", current
             )
-            assert found.entries
-        cursor = await scope.raw.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-            "WHERE statement LIKE '%WITH win AS MATERIALIZED%'"
-        )
-        assert await cursor.fetchall() == [(3, 0)]
 
-
-def _numbered(sql: str) -> tuple[str, list[str]]:
-    """`sql` with its `:name` placeholders as PREPARE's `$n`, and the names in that order."""
-    order = list(dict.fromkeys(re.findall(r"(?<![:\w]):(\w+)", sql)))
-    return re.sub(r"(?<![:\w]):(\w+)", lambda m: f"${order.index(m[1]) + 1}", sql), order
+    assert await answers() == (False, False)
+    await make_session(database, "alice")  # a session with nothing indexed
+    assert await answers() == (False, False)
+    await make_session(database, "alice", ("user", "An earlier word."))
+    assert await answers() == (True, True)
