@@ -50,16 +50,16 @@ class Inbox:
         clock: Callable[[], datetime],
         on_accept: Callable[[str], None] | None,
         on_arrival: Callable[[int, str, dict[str, Any]], None] | None = None,
-        announce: bool = False,
     ) -> None:
         self.database = database
         self.metrics = metrics
         self.clock = clock
         # Told the sender of each new message once committed, to schedule its turn in this
-        # process; None when the turns run elsewhere and the INSERT announces the senders
-        # to them itself (`announce`, PostgreSQL: `storage.inbox_signal`).
+        # process; None when the turns run in other processes (turn workers, PostgreSQL):
+        # the INSERT then announces the senders to them itself (`storage.inbox_signal`).
+        if on_accept is None and database.is_sqlite:
+            raise ValueError("announcing new messages to other processes needs PostgreSQL")
         self.on_accept = on_accept
-        self.announce = announce
         # Told (event id, sender key, message record) of each new message once committed,
         # before `on_accept` schedules its turn, for what can be shown at once (the status).
         self.on_arrival = on_arrival
@@ -98,7 +98,7 @@ class Inbox:
     async def _store(self, events: list[NewInboundEvent]) -> list[int | None]:
         # One multi-row INSERT: committed by itself before anyone is acknowledged.
         async with self.database.statement(writes=True, accepting=True) as scope:
-            event_ids = await accept_events(scope, events, announce=self.announce)
+            event_ids = await accept_events(scope, events, announce=self.on_accept is None)
         # Committed: counted, logged and handed to the dispatcher here rather than by each
         # caller, so a caller that went away (a closed request) cannot hide its message.
         for event, event_id in zip(events, event_ids, strict=True):

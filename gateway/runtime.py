@@ -318,7 +318,6 @@ class GatewayRuntime:
             on_accept=None if announce else lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
             # Only a process that runs the turns shows their status as messages arrive.
             on_arrival=None if announce else lambda *arrival: dispatcher.arrived(*arrival),  # noqa: PLW0108 (bound later)
-            announce=announce,
         )
         feed = OutboxFeed(database)
         history = WebHistory(database)

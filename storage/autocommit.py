@@ -74,13 +74,11 @@ class AutocommitConnections:
                 await raw.set_autocommit(False)
                 yield lent
                 await raw.commit()
-            except psycopg.Error as exc:
+            except BaseException as exc:
                 with suppress(psycopg.Error):
                     await raw.rollback()
-                raise driver_rows.driver_error(exc) from exc
-            except BaseException:
-                with suppress(psycopg.Error):
-                    await raw.rollback()
+                if isinstance(exc, psycopg.Error):
+                    raise driver_rows.driver_error(exc) from exc
                 raise
             finally:
                 with suppress(psycopg.Error):

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import (
 from errors import StorageError
 from storage import driver_rows
 from storage.autocommit import AutocommitConnections
-from storage.sqlite_readers import SqliteReaders
+from storage.sqlite_readers import BUSY_TIMEOUT_MS, SqliteReaders
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -49,7 +49,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cursor.close()
 
 

@@ -28,7 +28,9 @@ import aiosqlite
 from storage import driver_rows
 from storage.driver_rows import LentSqlite
 
-BUSY_TIMEOUT_MS = 5000  # as the engine's connections (`storage.database._sqlite_pragmas`)
+BUSY_TIMEOUT_MS = 5000
+"""How long a SQLite connection waits for a lock before failing: these and the engine's
+(`storage.database._sqlite_pragmas`)."""
 
 
 class SqliteReaders:

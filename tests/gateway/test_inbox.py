@@ -24,8 +24,10 @@ from gateway.metrics import GatewayMetrics
 from storage import driver_rows
 from storage.database import Database
 from storage.driver_rows import DriverScope
+from storage.inbox_signal import inbox_listener
 from storage.models import InboundEvent
 from storage.repositories.inbox import NewInboundEvent
+from tests.storage.listening import running, until
 
 T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -241,3 +243,21 @@ async def test_a_caller_cancelled_before_its_batch_started_stores_nothing(
     with pytest.raises(asyncio.CancelledError):
         await gone
     assert [stored.message_id for stored in await stored_events(database)] == ["m-1"]
+
+
+async def test_only_postgresql_announces_new_messages_to_other_processes(
+    database: Database,
+) -> None:
+    """Without an `on_accept` the turns run in other processes, told by PostgreSQL's
+    notifications (what a turn worker's listener hears); on SQLite (one process) nobody
+    would hear of the message."""
+    if database.is_sqlite:
+        with pytest.raises(ValueError, match="needs PostgreSQL"):
+            Inbox(database, GatewayMetrics(), clock=lambda: T0, on_accept=None)
+        return
+    inbox = Inbox(database, GatewayMetrics(), clock=lambda: T0, on_accept=None)
+    heard: list[str | None] = []
+    async with running(inbox_listener(database.url, heard.append), heard):
+        assert (await inbox.accept(message("m-told", user="U7"))).accepted
+        await until(lambda: len(heard) == 2)
+    assert heard == [None, "slack:T1:U7"]
