@@ -26,7 +26,7 @@ from storage.repositories.compactions import CompactionRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import UserRepository
-from storage.vector_index import VectorIndex
+from storage.vector_index import _READ_NEWER, VectorIndex
 from tests.storage.test_recall_index import T0, make_session, make_user
 
 
@@ -296,3 +296,60 @@ async def test_a_turns_vectors_read_only_its_own_entries_whatever_the_statistics
     assert "ix_recall_entries_session_seq" in plan
     assert "uq_recall_entries_kind" not in plan
     assert "seq >=" in plan
+
+
+async def test_reading_on_reaches_the_users_rows_by_their_ids_whatever_the_statistics(
+    database: Database,
+) -> None:
+    """Two users holding most rows between them: reading on for the one who wrote first must
+    start from that user's (user_id, entry_id), not walk the vectors' primary key from the
+    last row read through every row the other wrote since, on a plan made for these values
+    or one made for any."""
+    if database.is_sqlite:
+        pytest.skip("PostgreSQL's planner")
+    bulk = """
+INSERT INTO recall_entries (user_id, session_id, kind, source_id, seq, speaker,
+                            channel_type, body, occurred_at)
+SELECT :user_id, :session_id, 'turn', :first + n, n, 'user', 'web', 'note ' || n, :at
+FROM generate_series(1, 4000) AS n;
+"""
+    for first, user_id in ((0, "alice"), (10_000, "bob")):
+        await make_user(database, user_id, user_id.title())
+        session_id = await make_session(database, user_id)
+        async with database.session() as db:
+            await db.execute(
+                sql_text(bulk),
+                {"user_id": user_id, "session_id": session_id, "first": first, "at": T0},
+            )
+    async with database.session() as db:
+        await db.execute(
+            sql_text(
+                "INSERT INTO recall_vectors (entry_id, user_id, kind, model, vector) "
+                "SELECT id, user_id, kind, 'concepts-v1', '\\x00' FROM recall_entries"
+            )
+        )
+    autocommit = database.engine.execution_options(isolation_level="AUTOCOMMIT")
+    async with autocommit.connect() as conn:
+        await conn.execute(sql_text("VACUUM ANALYZE recall_vectors"))
+    statement = _READ_NEWER["postgresql", "turns"]
+    numbered = statement.replace(":user_id", "$1").replace(":after", "$2")
+    numbered = numbered.replace(":model", "$3")
+    async with database.session() as db:
+        after = (
+            await db.execute(
+                sql_text("SELECT max(entry_id) FROM recall_vectors WHERE user_id = 'alice'")
+            )
+        ).scalar_one()
+        await db.execute(sql_text("SET LOCAL jit = off"))
+        await db.execute(sql_text(f"PREPARE read_on(text, bigint, text) AS {numbered}"))
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            await db.execute(sql_text(f"SET LOCAL plan_cache_mode = {mode}"))
+            plan = "\n".join(
+                (
+                    await db.execute(
+                        sql_text(f"EXPLAIN EXECUTE read_on('alice', {after}, 'concepts-v1')")
+                    )
+                ).scalars()
+            )
+            assert "ix_recall_vectors_user_entry" in plan, plan
+            assert not re.search(r"Index Cond: \(entry_id > ", plan), plan
