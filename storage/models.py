@@ -433,8 +433,9 @@ class RecallVector(Base):
 
     __tablename__ = "recall_vectors"
     __table_args__ = (
-        # A user's vectors in entry order: what the in-process index reads, and reads on.
-        Index("ix_recall_vectors_user_entry", "user_id", "entry_id"),
+        # A user's vectors of a model and kind in entry order: what the in-process index
+        # reads, and reads on (migration 0010).
+        Index("ix_recall_vectors_user_model_kind_entry", "user_id", "model", "kind", "entry_id"),
     )
 
     entry_id: Mapped[int] = mapped_column(

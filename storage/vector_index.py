@@ -175,75 +175,71 @@ class Scorer:
 
 
 # A user's vectors of a kind group with their entries: the rows written after a given entry
-# (reading on), or the newest rows before one (a first read, and reading further back). By
-# (user_id, entry_id), and each entry by its primary key: the vectors drive (PostgreSQL's
-# LATERAL kept apart by OFFSET 0, SQLite's CROSS JOIN), since a merge join on the entries'
-# primary key would walk every user's entries written since the oldest one read.
-_READ = {
-    "postgresql": """
-SELECT v.entry_id, v.kind, v.vector, e.session_id, e.source_id, e.seq, e.speaker,
+# (reading on), or the newest rows before one (a first read, and reading further back).
+#
+# PostgreSQL finds the rows' ids first, in (user_id, model, kind, entry_id) (migration 0010:
+# an index-only scan, one range a kind), then each vector and entry by its primary key
+# (LATERAL, kept apart by OFFSET 0). In one scan with the vectors' columns, the planner
+# multiplied the user's share of the rows by the share newer (or older) than the bound as if
+# they were independent, and where a few users hold most rows it walked the primary key
+# from the bound through every row the others wrote: 61-82 ms a turn reading on, 72-92 ms a
+# first read, for a user of 100,000 entries beside another as large (EXPLAIN ANALYZE). The
+# ids' scan costs less than that walk on any estimate: a narrower range, without the table.
+_READ_POSTGRESQL = """
+SELECT ids.entry_id, v.kind, v.vector, e.session_id, e.source_id, e.seq, e.speaker,
        e.channel_type, e.occurred_at
-FROM recall_vectors v CROSS JOIN LATERAL (
+FROM (
+    SELECT i.entry_id FROM recall_vectors i
+    WHERE i.user_id = :user_id AND i.model = :model AND i.kind IN (__KINDS__) AND __RANGE__
+) AS ids CROSS JOIN LATERAL (
+    SELECT r.kind, r.vector FROM recall_vectors r WHERE r.entry_id = ids.entry_id OFFSET 0
+) AS v CROSS JOIN LATERAL (
     SELECT n.session_id, n.source_id, n.seq, n.speaker, n.channel_type, n.occurred_at
-    FROM recall_entries n WHERE n.id = v.entry_id OFFSET 0
+    FROM recall_entries n WHERE n.id = ids.entry_id OFFSET 0
 ) AS e
-WHERE v.user_id = :user_id AND v.model = :model AND v.kind IN (__KINDS__) AND __RANGE__
-""",
-    "sqlite": """
+ORDER BY ids.entry_id__DIRECTION__
+"""
+# SQLite drives from the vectors through the same index (CROSS JOIN keeps the order), each
+# entry by its primary key.
+_READ_SQLITE = """
 SELECT v.entry_id, v.kind, v.vector, e.session_id, e.source_id, e.seq, e.speaker,
        e.channel_type, e.occurred_at
 FROM recall_vectors v CROSS JOIN recall_entries e ON e.id = v.entry_id
 WHERE v.user_id = :user_id AND v.model = :model AND v.kind IN (__KINDS__) AND __RANGE__
-""",
-}
-_READ_TIMESTAMP = 8  # the position of `occurred_at` in `_READ`'s rows
-_NEWER = "v.entry_id > :after ORDER BY v.entry_id"
-_OLDER = "v.entry_id < :before ORDER BY v.entry_id DESC LIMIT :limit"
+"""
+_READ_TIMESTAMP = 8  # the position of `occurred_at` in the rows read
 _UNLIMITED = 2**62
 
 
-def _kinds(group: str) -> str:
-    return ", ".join(f"'{kind}'" for kind in _KINDS_OF[group])
+def _statement(dialect: str, group: str, *, newer: bool) -> str:
+    kinds = ", ".join(f"'{kind}'" for kind in _KINDS_OF[group])
+    if dialect == "postgresql":
+        rows, direction = (
+            ("i.entry_id > :after ORDER BY i.entry_id OFFSET 0", "")
+            if newer
+            else ("i.entry_id < :before ORDER BY i.entry_id DESC LIMIT :limit", " DESC")
+        )
+        template = _READ_POSTGRESQL.replace("__DIRECTION__", direction)
+    else:
+        rows = (
+            "v.entry_id > :after ORDER BY v.entry_id"
+            if newer
+            else "v.entry_id < :before ORDER BY v.entry_id DESC LIMIT :limit"
+        )
+        template = _READ_SQLITE
+    return template.replace("__KINDS__", kinds).replace("__RANGE__", rows)
 
 
-def _statement(dialect: str, group: str, rows: str) -> str:
-    return _READ[dialect].replace("__KINDS__", _kinds(group)).replace("__RANGE__", rows)
-
-
-# PostgreSQL reads on through the user's ids first, from (user_id, entry_id) alone (an
-# index-only scan), then each row and entry by its primary key. With the vectors' filters in
-# one scan the planner multiplies the user's share of the rows by the share newer than
-# `after`, as if independent: where a few users hold most rows it expected few rows either
-# way and walked the primary key from `after`, through every row any user wrote since
-# (61-82 ms a turn for a user of 100,000 entries beside another as large, in EXPLAIN
-# ANALYZE). The ids' scan costs less than the primary key's on any estimate: the same range
-# or a narrower one, without the table.
-_READ_NEWER_POSTGRESQL = """
-SELECT newer.entry_id, v.kind, v.vector, e.session_id, e.source_id, e.seq, e.speaker,
-       e.channel_type, e.occurred_at
-FROM (
-    SELECT i.entry_id FROM recall_vectors i
-    WHERE i.user_id = :user_id AND i.entry_id > :after ORDER BY i.entry_id OFFSET 0
-) AS newer CROSS JOIN LATERAL (
-    SELECT r.kind, r.vector FROM recall_vectors r
-    WHERE r.entry_id = newer.entry_id AND r.model = :model AND r.kind IN (__KINDS__) OFFSET 0
-) AS v CROSS JOIN LATERAL (
-    SELECT n.session_id, n.source_id, n.seq, n.speaker, n.channel_type, n.occurred_at
-    FROM recall_entries n WHERE n.id = newer.entry_id OFFSET 0
-) AS e
-ORDER BY newer.entry_id
-"""
+_DIALECTS = ("postgresql", "sqlite")
 _READ_NEWER = {
-    (dialect, group): (
-        _READ_NEWER_POSTGRESQL.replace("__KINDS__", _kinds(group))
-        if dialect == "postgresql"
-        else _statement(dialect, group, _NEWER)
-    )
-    for dialect in _READ
+    (dialect, group): _statement(dialect, group, newer=True)
+    for dialect in _DIALECTS
     for group in _KINDS_OF
 }
 _READ_OLDER = {
-    (dialect, group): _statement(dialect, group, _OLDER) for dialect in _READ for group in _KINDS_OF
+    (dialect, group): _statement(dialect, group, newer=False)
+    for dialect in _DIALECTS
+    for group in _KINDS_OF
 }
 
 
@@ -404,7 +400,7 @@ class VectorIndex:
             self._add(user, rows, older=older)
 
     def _add(self, user: _UserMatrix, rows: Sequence[tuple[Any, ...]], *, older: bool) -> None:
-        # entry id, kind, vector, then the entry's columns as `_READ` lists them
+        # entry id, kind, vector, then the entry's columns as `_READ_POSTGRESQL` lists them
         strings = user.strings
         ids: list[int] = []
         kinds: list[int] = []

@@ -5,6 +5,7 @@ nearest entries, reads on as entries are written, and never crosses users."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from storage.repositories.compactions import CompactionRepository
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.summaries import SummaryRepository
 from storage.repositories.users import UserRepository
-from storage.vector_index import _READ_NEWER, VectorIndex
+from storage.vector_index import _READ_NEWER, _READ_OLDER, VectorIndex
 from tests.storage.test_recall_index import T0, make_session, make_user
 
 
@@ -298,13 +299,13 @@ async def test_a_turns_vectors_read_only_its_own_entries_whatever_the_statistics
     assert "seq >=" in plan
 
 
-async def test_reading_on_reaches_the_users_rows_by_their_ids_whatever_the_statistics(
+async def test_a_users_vectors_are_read_from_their_ids_whatever_the_statistics(
     database: Database,
 ) -> None:
-    """Two users holding most rows between them: reading on for the one who wrote first must
-    start from that user's (user_id, entry_id), not walk the vectors' primary key from the
-    last row read through every row the other wrote since, on a plan made for these values
-    or one made for any."""
+    """Two users holding most rows between them: reading on, and reading back from the
+    newest, for the one who wrote first must start from that user's ids in
+    (user_id, model, kind, entry_id), not walk the vectors' primary key from the bound
+    through every row the other wrote, on a plan made for these values or one made for any."""
     if database.is_sqlite:
         pytest.skip("PostgreSQL's planner")
     bulk = """
@@ -331,25 +332,34 @@ FROM generate_series(1, 4000) AS n;
     autocommit = database.engine.execution_options(isolation_level="AUTOCOMMIT")
     async with autocommit.connect() as conn:
         await conn.execute(sql_text("VACUUM ANALYZE recall_vectors"))
-    statement = _READ_NEWER["postgresql", "turns"]
-    numbered = statement.replace(":user_id", "$1").replace(":after", "$2")
-    numbered = numbered.replace(":model", "$3")
+    reads = {
+        "newer": ("(text, text, bigint)", _READ_NEWER, ":after"),
+        "older": ("(text, text, bigint, bigint)", _READ_OLDER, ":before"),
+    }
     async with database.session() as db:
-        after = (
+        newest = (
             await db.execute(
                 sql_text("SELECT max(entry_id) FROM recall_vectors WHERE user_id = 'alice'")
             )
         ).scalar_one()
         await db.execute(sql_text("SET LOCAL jit = off"))
-        await db.execute(sql_text(f"PREPARE read_on(text, bigint, text) AS {numbered}"))
-        for mode in ("force_custom_plan", "force_generic_plan"):
-            await db.execute(sql_text(f"SET LOCAL plan_cache_mode = {mode}"))
-            plan = "\n".join(
-                (
-                    await db.execute(
-                        sql_text(f"EXPLAIN EXECUTE read_on('alice', {after}, 'concepts-v1')")
-                    )
-                ).scalars()
+        for (name, (types, statements, bound)), group in itertools.product(
+            reads.items(), ("turns", "summaries")
+        ):
+            numbered = statements["postgresql", group].replace(":user_id", "$1")
+            numbered = numbered.replace(":model", "$2").replace(bound, "$3")
+            numbered = numbered.replace(":limit", "$4")
+            arguments = (
+                f"'alice', 'concepts-v1', {newest}"
+                if name == "newer"
+                else (f"'alice', 'concepts-v1', {2**62}, 10000")
             )
-            assert "ix_recall_vectors_user_entry" in plan, plan
-            assert not re.search(r"Index Cond: \(entry_id > ", plan), plan
+            await db.execute(sql_text(f"PREPARE {name}_{group}{types} AS {numbered}"))
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                await db.execute(sql_text(f"SET LOCAL plan_cache_mode = {mode}"))
+                explain = f"EXPLAIN EXECUTE {name}_{group}({arguments})"
+                plan = "\n".join((await db.execute(sql_text(explain))).scalars())
+                assert "Index Only Scan" in plan, plan
+                assert "ix_recall_vectors_user_model_kind_entry" in plan, plan
+                assert not re.search(r"Index Cond: \(entry_id [<>] ", plan), plan
+                assert "Seq Scan" not in plan, plan
