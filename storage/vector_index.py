@@ -199,8 +199,8 @@ FROM (
 ) AS e
 ORDER BY ids.entry_id__DIRECTION__
 """
-# SQLite drives from the vectors through the same index (CROSS JOIN keeps the order), each
-# entry by its primary key.
+# SQLite drives from the vectors through the same index (CROSS JOIN fixes the join order),
+# each entry by its primary key.
 _READ_SQLITE = """
 SELECT v.entry_id, v.kind, v.vector, e.session_id, e.source_id, e.seq, e.speaker,
        e.channel_type, e.occurred_at
