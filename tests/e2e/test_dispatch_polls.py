@@ -114,7 +114,10 @@ async def test_a_drain_reads_its_first_batch_with_its_turn_lock(
 ) -> None:
     """On PostgreSQL the first read of a drain goes on the lock connection, in the round trip
     that takes the user's lock (no connection or transaction of its own); on SQLite the
-    drain reads it. Either way each message is read once and answered once."""
+    drain reads it. Either way each message is answered once. A message's drain reads its
+    queue once, and a drain may run once more when the dispatcher's poll of the whole inbox
+    and the message's hint both start it (a second look at the queue, not a second answer):
+    on a busy machine the poll, once a second, can meet a message."""
     read_on: list[int | None] = []  # each read's server process (None: not a lent connection)
     original = dispatcher.send_queue_read
 
@@ -132,9 +135,11 @@ async def test_a_drain_reads_its_first_batch_with_its_turn_lock(
         if isinstance(locks, PostgresTurnLocks):
             assert locks._connection is not None
             lock_connection = (await locks._connection.get_raw_connection()).driver_connection
-            assert read_on == [lock_connection.info.backend_pid] * 3
+            expected = lock_connection.info.backend_pid
         else:
-            assert read_on == [None] * 3
+            expected = None
+        assert len(read_on) >= 3
+        assert set(read_on) == {expected}, read_on
 
 
 async def test_a_lock_held_by_another_process_is_taken_next_without_the_read(

@@ -94,6 +94,17 @@ def tools_config(
     )
 
 
+def patient(config: GatewayConfig) -> GatewayConfig:
+    """`config` with 5 s a call for the stdio server instead of 1 s: for the tests whose
+    calls must succeed, on a machine busy enough (the whole suite in parallel) to keep a
+    child process's answer past a second."""
+    servers = config.tools.mcp_servers
+    slower = servers[0].model_copy(update={"timeout": timedelta(seconds=5)})
+    return config.model_copy(
+        update={"tools": config.tools.model_copy(update={"mcp_servers": [slower, *servers[1:]]})}
+    )
+
+
 def sqlite(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'gw.db'}"
 
@@ -141,20 +152,7 @@ async def test_a_turn_calls_a_stdio_and_an_http_tool_side_by_side_and_records_bo
     )
     arrivals: list[float] = []
     fake_api.on_request = lambda _body: arrivals.append(time.monotonic())
-    config = tools_config(sqlite(tmp_path), tmp_path, fake_api, crm)
-    servers = config.tools.mcp_servers
-    config = config.model_copy(
-        update={
-            "tools": config.tools.model_copy(
-                update={
-                    "mcp_servers": [
-                        servers[0].model_copy(update={"timeout": timedelta(seconds=5)}),
-                        *servers[1:],
-                    ]
-                }
-            )
-        }
-    )
+    config = patient(tools_config(sqlite(tmp_path), tmp_path, fake_api, crm))
     async with running_gateway(config) as gateway:
         reply = await say(gateway, "alice", "Where is order A-1?", 1)
         shown = await only_session(gateway, "alice")
@@ -437,7 +435,7 @@ async def test_a_reload_applies_a_new_policy_to_the_next_turn(
 async def test_in_slack_a_turn_with_a_stdio_and_an_http_tool_gets_one_reply(
     tmp_path: Path, fake_api: FakeAnthropicAPI, crm: HttpToolServer, slack_api: FakeSlackAPI
 ) -> None:
-    base = tools_config(sqlite(tmp_path), tmp_path, fake_api, crm)
+    base = patient(tools_config(sqlite(tmp_path), tmp_path, fake_api, crm))
     config = base.model_copy(
         update={
             "identity": base.identity.model_copy(
