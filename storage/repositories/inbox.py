@@ -21,10 +21,12 @@ MAX_ACCEPT_BATCH = 128
 """Events per `accept_events` statement (and so per inbox transaction) at most: a few hundred kB
 of payloads in one statement, whose text is cached for each number of rows."""
 
-ANNOUNCED_TOGETHER = 16
-"""Senders per notification of `accept_events(announce=True)`: sender keys are at most 400
-characters, so 16 of them and their newlines stay under PostgreSQL's payload limit (8,000
-bytes)."""
+ANNOUNCED_BYTES = 6000
+"""How a notification of `accept_events(announce=True)` is filled: each sender key goes to
+the notification its offset (the bytes of the keys and newlines before it) falls in, a
+notification per `ANNOUNCED_BYTES`. A notification then holds less than that plus one key;
+a key is at most 400 characters of at most four bytes (1,600), so every one stays under
+PostgreSQL's payload limit of 8,000 bytes, whatever the script of the addresses."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +80,16 @@ def _accept_many(count: int, *, announce: bool) -> str:
     )
     if not announce:
         return insert
-    # The senders of the new rows (not the duplicates), oldest first, `ANNOUNCED_TOGETHER` to
-    # a notification; PostgreSQL sends them when the statement commits. The count keeps the
-    # CTE that notifies in the plan (only referenced CTEs run), evaluated once.
+    # The senders of the new rows (not the duplicates), oldest first, in notifications of
+    # about `ANNOUNCED_BYTES`; PostgreSQL sends them when the statement commits. The count
+    # keeps the CTE that notifies in the plan (only referenced CTEs run), evaluated once.
     return f"""
 WITH accepted AS ({insert}),
 senders AS (SELECT sender_key, min(id) AS first FROM accepted GROUP BY sender_key),
 parts AS (
     SELECT sender_key, first,
-           (row_number() OVER (ORDER BY first) - 1) / {ANNOUNCED_TOGETHER} AS part
+           (sum(octet_length(sender_key) + 1) OVER (ORDER BY first)
+            - octet_length(sender_key) - 1) / {ANNOUNCED_BYTES} AS part
     FROM senders
 ),
 announced AS (

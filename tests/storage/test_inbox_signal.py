@@ -15,7 +15,7 @@ from errors import StorageError
 from storage.database import Database
 from storage.inbox_signal import CHANNEL, inbox_listener
 from storage.notifications import libpq_url
-from storage.repositories.inbox import ANNOUNCED_TOGETHER, NewInboundEvent, accept_events
+from storage.repositories.inbox import NewInboundEvent, accept_events
 from tests.storage.listening import running, until
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
@@ -47,10 +47,16 @@ async def test_the_insert_announces_the_new_rows_senders_when_it_commits(
             assert await accept(database, [event("m1", "web:alice")]) == [None]
             # Many senders with the longest keys a sender may have: split into notifications
             # under PostgreSQL's payload limit, every one of them told.
-            senders = [f"web:{n:03d}" + "x" * 392 for n in range(3 * ANNOUNCED_TOGETHER + 1)]
+            senders = [f"web:{n:03d}" + "x" * 392 for n in range(50)]
             await accept(database, [event(f"n{n}", sender) for n, sender in enumerate(senders)])
             await until(lambda: len(heard) == 3 + len(senders))
             assert heard[3:] == senders
+            # And the longest in bytes: 400 characters of four bytes each (an address may be
+            # written in any script), a notification's limit being bytes.
+            wide = [f"web:{n:03d}" + "\N{GRINNING FACE}" * 392 for n in range(20)]
+            await accept(database, [event(f"w{n}", sender) for n, sender in enumerate(wide)])
+            await until(lambda: len(heard) == 3 + len(senders) + len(wide))
+            assert heard[3 + len(senders) :] == wide
     finally:
         await database.dispose()
 
