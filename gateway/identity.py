@@ -21,6 +21,7 @@ from gateway.settings import GatewayConfig, IdentityConfig
 from primitives.bounded_cache import BoundedCache
 from storage.database import Database
 from storage.repositories.users import (
+    ConfiguredUser,
     OrganizationRepository,
     UserRepository,
     identity_conflict,
@@ -75,10 +76,12 @@ async def sync_identities(database: Database, config: GatewayConfig) -> None:
         else:
             await organizations.upsert(DEFAULT_ORG_ID, "Default")
         users = UserRepository(session)
-        for user in config.identity.users:
-            await users.upsert(
-                user.id, user.org or default_org_id(config), user.name, is_admin=user.admin
-            )
+        await users.upsert_many(
+            [
+                ConfiguredUser(user.id, user.org or default_org_id(config), user.name, user.admin)
+                for user in config.identity.users
+            ]
+        )
         conflicts = await users.link_identities(list(configured_identities(config)))
     for user_id, channel_type, external_id, owner in conflicts:
         error = identity_conflict(channel_type, external_id, owner)

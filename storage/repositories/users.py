@@ -20,6 +20,16 @@ from storage.repositories._sql import batches, dialect_insert
 
 
 @dataclass(frozen=True, slots=True)
+class ConfiguredUser:
+    """A user as the config declares it (`UserRepository.upsert_many`)."""
+
+    user_id: str
+    org_id: str
+    display_name: str
+    is_admin: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class SenderOwner:
     """The user a channel identity belongs to, with all their sender keys
     (`channel:external id`)."""
@@ -121,6 +131,36 @@ class UserRepository:
             )
         )
 
+    async def upsert_many(self, users: Sequence[ConfiguredUser]) -> None:
+        """`upsert` for many users (ids distinct): one statement compiled once and run for
+        every user in the driver's batches (`executemany`), instead of a round trip per user;
+        the configured users are written at every start and reload."""
+        if not users:
+            return
+        now = utcnow()
+        statement = dialect_insert(self.session, User.__table__)
+        await self.session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[User.id],
+                set_={
+                    "org_id": statement.excluded.org_id,
+                    "display_name": statement.excluded.display_name,
+                    "is_admin": statement.excluded.is_admin,
+                },
+            ),
+            [
+                {
+                    "id": user.user_id,
+                    "org_id": user.org_id,
+                    "display_name": user.display_name,
+                    "is_admin": user.is_admin,
+                    "provisioned": False,
+                    "created_at": now,
+                }
+                for user in users
+            ],
+        )
+
     async def get(self, user_id: str) -> User | None:
         """The user, or None."""
         return await self.session.get(User, user_id)
@@ -144,23 +184,24 @@ class UserRepository:
         in `link_identity`) and returned with their owner: (user id, channel type, external
         id, owner id).
         """
+        if not identities:
+            return []
         now = utcnow()
-        for batch in batches(identities):
-            await self.session.execute(
-                dialect_insert(self.session, UserChannelIdentity)
-                .values(
-                    [
-                        {
-                            "user_id": user_id,
-                            "channel_type": channel_type,
-                            "external_id": external_id,
-                            "created_at": now,
-                        }
-                        for user_id, channel_type, external_id in batch
-                    ]
-                )
-                .on_conflict_do_nothing(index_elements=["channel_type", "external_id"])
-            )
+        # One statement compiled once, run for every identity (`executemany`).
+        await self.session.execute(
+            dialect_insert(self.session, UserChannelIdentity.__table__).on_conflict_do_nothing(
+                index_elements=["channel_type", "external_id"]
+            ),
+            [
+                {
+                    "user_id": user_id,
+                    "channel_type": channel_type,
+                    "external_id": external_id,
+                    "created_at": now,
+                }
+                for user_id, channel_type, external_id in identities
+            ],
+        )
         owners: dict[tuple[str, str], str] = {}
         for batch in batches(identities):
             result = await self.session.execute(

@@ -22,7 +22,7 @@ from storage import driver_rows
 from storage.database import Database
 from storage.driver_rows import DriverScope
 from storage.models import Organization, User, UserChannelIdentity
-from storage.repositories.users import UserRepository
+from storage.repositories.users import OrganizationRepository, UserRepository
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -134,6 +134,62 @@ async def test_sync_is_idempotent_and_picks_up_a_changed_context(database: Datab
     assert (await users(database), await identities(database)) == first
     orgs = await organizations(database)
     assert (orgs["acme"], orgs["globex"]) == (("Acme", "Anvils, since 1949."), ("Globex", ""))
+
+
+def many_users(count: int, *, renamed: int = 0) -> GatewayConfig:
+    """`count` configured users in Globex; the first `renamed` of them renamed, moved to Acme
+    and made admins."""
+    renamed_user = {"org": "acme", "name": "Renamed", "admin": True}
+    return GatewayConfig.model_validate(
+        {
+            "organizations": [{"id": "acme", "name": "Acme"}, {"id": "globex", "name": "Globex"}],
+            "identity": {
+                "users": [
+                    {"id": f"user-{number:04d}", "org": "globex", "name": f"User {number}"}
+                    | (renamed_user if number < renamed else {})
+                    for number in range(count)
+                ]
+            },
+        }
+    )
+
+
+async def test_sync_writes_many_users_in_one_statement_and_updates_changed_ones(
+    database: Database,
+) -> None:
+    # A user the gateway provisioned earlier, then added to the config: still provisioned.
+    async with database.session() as db:
+        await OrganizationRepository(db).upsert("globex", "Globex")
+        await UserRepository(db).upsert("user-0001", "globex", "Was provisioned", provisioned=True)
+    executions: list[tuple[str, bool]] = []
+    listen = event.listens_for(database.engine.sync_engine, "before_cursor_execute")
+
+    @listen
+    def count(*args: Any) -> None:
+        statement, many = args[2], args[5]
+        executions.append((statement.lstrip().split("(")[0].upper().strip(), many))
+
+    await sync_identities(database, many_users(1_200))
+
+    # One statement run for every user by the driver, not a statement per user.
+    assert [many for kind, many in executions if kind == "INSERT INTO USERS"] == [True]
+    assert [many for kind, many in executions if kind == "INSERT INTO USER_CHANNEL_IDENTITIES"] == [
+        True
+    ]
+    written = await users(database)
+    assert len(written) == 1_200
+    assert written["user-0000"] == ("globex", "User 0", False, False)
+    assert written["user-0001"] == ("globex", "User 1", False, True)
+    assert written["user-1199"] == ("globex", "User 1199", False, False)
+
+    await sync_identities(database, many_users(1_200, renamed=600))
+
+    changed = await users(database)
+    assert changed["user-0000"] == ("acme", "Renamed", True, False)
+    assert changed["user-0001"] == ("acme", "Renamed", True, True)
+    assert changed["user-0599"] == ("acme", "Renamed", True, False)
+    assert changed["user-0600"] == ("globex", "User 600", False, False)
+    assert len(changed) == 1_200
 
 
 async def test_sync_without_organizations_creates_the_default_one(database: Database) -> None:
