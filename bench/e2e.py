@@ -31,7 +31,9 @@ durably is reported under `correctness`, not as lost); the database's own single
 INSERT+COMMIT rate on one connection (`pgbench`, else a psycopg loop, in a database of its own
 before and after the load) and the ratio of the gateway's messages/s to it, so that runs on
 machines of other speeds, or busy with other work, stay comparable; every process's CPU
-during the load and PostgreSQL's work per message.
+during the load, in % of a core and in CPU-ms a message (`cpu_ms_per_message_during_load`:
+the harness's processes too, so the machine's ceiling is their sum), and PostgreSQL's work per
+message.
 
 `--gateways N` runs N gateway processes on the one database, each on a port of its own with the
 same config otherwise (the first migrates the database and writes the users; the others start
