@@ -21,8 +21,8 @@ from gateway.settings import GatewayConfig, IdentityConfig
 from primitives.bounded_cache import BoundedCache
 from storage.database import Database
 from storage.repositories.users import (
-    ConfiguredUser,
     OrganizationRepository,
+    UserFields,
     UserRepository,
     identity_conflict,
     sender_owner,
@@ -78,7 +78,7 @@ async def sync_identities(database: Database, config: GatewayConfig) -> None:
         users = UserRepository(session)
         await users.upsert_many(
             [
-                ConfiguredUser(user.id, user.org or default_org_id(config), user.name, user.admin)
+                UserFields(user.id, user.org or default_org_id(config), user.name, user.admin)
                 for user in config.identity.users
             ]
         )

@@ -213,20 +213,18 @@ _UNLIMITED = 2**62
 
 def _statement(dialect: str, group: str, *, newer: bool) -> str:
     kinds = ", ".join(f"'{kind}'" for kind in _KINDS_OF[group])
-    if dialect == "postgresql":
-        rows, direction = (
-            ("i.entry_id > :after ORDER BY i.entry_id OFFSET 0", "")
-            if newer
-            else ("i.entry_id < :before ORDER BY i.entry_id DESC LIMIT :limit", " DESC")
-        )
-        template = _READ_POSTGRESQL.replace("__DIRECTION__", direction)
-    else:
-        rows = (
-            "v.entry_id > :after ORDER BY v.entry_id"
-            if newer
-            else "v.entry_id < :before ORDER BY v.entry_id DESC LIMIT :limit"
-        )
-        template = _READ_SQLITE
+    postgresql = dialect == "postgresql"
+    column = "i.entry_id" if postgresql else "v.entry_id"
+    rows = (
+        f"{column} > :after ORDER BY {column}"
+        if newer
+        else f"{column} < :before ORDER BY {column} DESC LIMIT :limit"
+    )
+    template = _READ_SQLITE
+    if postgresql:
+        # The ids' scan kept apart from the lookups (reading back, its LIMIT does that).
+        rows += " OFFSET 0" if newer else ""
+        template = _READ_POSTGRESQL.replace("__DIRECTION__", "" if newer else " DESC")
     return template.replace("__KINDS__", kinds).replace("__RANGE__", rows)
 
 

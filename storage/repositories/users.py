@@ -20,8 +20,8 @@ from storage.repositories._sql import batches, dialect_insert
 
 
 @dataclass(frozen=True, slots=True)
-class ConfiguredUser:
-    """A user as the config declares it (`UserRepository.upsert_many`)."""
+class UserFields:
+    """What `UserRepository.upsert_many` writes of a user (a configured one, mostly)."""
 
     user_id: str
     org_id: str
@@ -116,25 +116,14 @@ class UserRepository:
         provisioned: bool = False,
     ) -> None:
         """Create the user or update its organization, name and admin flag."""
-        statement = dialect_insert(self.session, User).values(
-            id=user_id,
-            org_id=org_id,
-            display_name=display_name,
-            is_admin=is_admin,
-            provisioned=provisioned,
-            created_at=utcnow(),
-        )
-        await self.session.execute(
-            statement.on_conflict_do_update(
-                index_elements=[User.id],
-                set_={"org_id": org_id, "display_name": display_name, "is_admin": is_admin},
-            )
+        await self.upsert_many(
+            [UserFields(user_id, org_id, display_name, is_admin)], provisioned=provisioned
         )
 
-    async def upsert_many(self, users: Sequence[ConfiguredUser]) -> None:
-        """`upsert` for many users (ids distinct): one statement compiled once and run for
-        every user in the driver's batches (`executemany`), instead of a round trip per user;
-        the configured users are written at every start and reload."""
+    async def upsert_many(self, users: Sequence[UserFields], *, provisioned: bool = False) -> None:
+        """`upsert` for many users (ids distinct): one statement, run for all of them by the
+        driver (`executemany`) instead of a round trip per user; the configured users are
+        written at every start and reload. A user already there keeps `provisioned`."""
         if not users:
             return
         now = utcnow()
@@ -154,7 +143,7 @@ class UserRepository:
                     "org_id": user.org_id,
                     "display_name": user.display_name,
                     "is_admin": user.is_admin,
-                    "provisioned": False,
+                    "provisioned": provisioned,
                     "created_at": now,
                 }
                 for user in users
