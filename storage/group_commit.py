@@ -1,9 +1,10 @@
 """Group commit: calls that arrive while one batch runs are run together as the next batch.
 
 The inbox, the outbox's delivery marks and the turn locks each pay one database commit per
-batch instead of one per call. Nothing waits on purpose: an idle batcher runs a call at once
-(after the callers of the same event-loop turn have joined it), so a lone call costs what it
-did before, and under load the batch grows by itself to what arrived during the last commit.
+batch instead of one per call; the local transcript store's segments, one worker-thread
+hand-off. Nothing waits on purpose: an idle batcher runs a call at once (after the callers of
+the same event-loop turn have joined it), so a lone call costs what it did before, and under
+load the batch grows by itself to what arrived during the last call.
 
 Every caller returns only after its batch finished, with its own result or the batch's error.
 A caller that is cancelled before its batch starts is left out of it; one cancelled later does

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +132,48 @@ async def test_local_check_fails_clearly_when_the_folder_cannot_be_created(tmp_p
     blocker.write_bytes(b"")
     with pytest.raises(StorageError, match="not writable"):
         await LocalTranscriptStore(blocker / "transcripts").check()
+
+
+async def test_local_segments_of_turns_finishing_together_go_to_one_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed_off: list[int] = []
+    to_thread = asyncio.to_thread
+
+    async def counting(function: Any, segments: list[Any]) -> Any:
+        handed_off.append(len(segments))
+        return await to_thread(function, segments)
+
+    store = LocalTranscriptStore(tmp_path)
+    refs = [SessionRef("acme", f"user{i}", f"s{i}") for i in range(10)]
+    with monkeypatch.context() as patched:
+        patched.setattr("storage.local_transcripts.asyncio.to_thread", counting)
+        await asyncio.gather(*(store.append_lines(ref, turn(1), first_seq=1) for ref in refs))
+        await asyncio.gather(*(store.append_lines(ref, turn(3), first_seq=3) for ref in refs))
+
+    assert handed_off == [10, 10]
+    for ref in refs:
+        assert parse_transcript(await store.read_transcript(ref)) == turn(1) + turn(3)
+
+
+async def test_local_a_segment_that_cannot_be_written_fails_alone_in_its_batch(
+    tmp_path: Path,
+) -> None:
+    store = LocalTranscriptStore(tmp_path)
+    blocked = SessionRef("acme", "bob", "s2")
+    (tmp_path / "sessions" / "acme").mkdir(parents=True)
+    (tmp_path / "sessions" / "acme" / "bob").write_bytes(b"not a folder")
+
+    results = await asyncio.gather(
+        store.append_lines(REF, turn(1), first_seq=1),
+        store.append_lines(blocked, turn(1), first_seq=1),
+        store.append_lines(REF, turn(3), first_seq=3),
+        return_exceptions=True,
+    )
+
+    assert results[0] is None
+    assert results[2] is None
+    assert isinstance(results[1], StorageError)
+    assert "cannot write transcript segment" in str(results[1])
+    assert parse_transcript(await store.read_transcript(REF)) == turn(1) + turn(3)
+    await store.close()
