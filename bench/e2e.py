@@ -88,7 +88,7 @@ from e2e_gateways import (
     stop_gateways,
     write_gateway_configs,
 )
-from e2e_report import run_load
+from e2e_report import goals, run_load
 from e2e_samples import together
 from e2e_settings import BenchSettings, parse_settings
 from processes import create_bucket, moto_server, run_service, use_fake_aws_credentials
@@ -174,6 +174,7 @@ def run(settings: BenchSettings) -> dict[str, Any]:
         after = read_database_counters(database_url(settings.admin_url, database))
     answered = max(settings.messages, 1)
     result["database_work_per_message"] = database_work(counters, after, messages=answered)
+    result["goals"] = goals(settings, result)
     peak = together([gateway.final for gateway in gateways]).peak_rss_mb
     result["gateway_peak_rss_mb"] = None if peak is None else round(peak, 1)
     result["gateway_start_s"] = round(start_s, 1)
