@@ -39,7 +39,10 @@ from storage.transcripts import (
 )
 
 _TEMP_PREFIX = ".tmp-"
-# More would only hold the first turns' segments back behind the last ones'.
+# More would only hold the first turns' segments back behind the last ones'. A batch syncs its
+# files one after another: on a disk whose fsync is slow, a thread per part of the batch would
+# sync them at once, but here four such threads cost as much CPU a message as a thread per
+# segment did (`bench/README.md`).
 _SEGMENTS_PER_BATCH = 64
 
 
