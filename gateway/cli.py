@@ -38,6 +38,14 @@ def _parser() -> argparse.ArgumentParser:
         default="all",
         help="all: serve and run turns (or start server.turn_workers); turns: a turn worker only",
     )
+    run.add_argument(
+        "--worker",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --role turns: which of server.turn_workers this is, from 0 (the share of "
+        "the senders it hears of first; `gateway run` numbers the workers it starts)",
+    )
     run.set_defaults(handler=_run)
 
     config = commands.add_parser("config", help="configuration tools")
@@ -260,7 +268,17 @@ def _run(args: argparse.Namespace) -> int:
     if args.role == "turns" and config.storage.database_url.startswith("sqlite"):
         print("gateway: --role turns needs PostgreSQL (SQLite serves one process)", file=sys.stderr)
         return EXIT_USAGE
-    asyncio.run(serve(config, args.config, role=args.role, log_format=args.log_format))
+    workers = max(config.server.turn_workers, 1)
+    if args.role == "turns" and not 0 <= args.worker < workers:
+        print(
+            f"gateway: --worker {args.worker}: from 0 to {workers - 1} "
+            f"(server.turn_workers is {config.server.turn_workers})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    asyncio.run(
+        serve(config, args.config, role=args.role, log_format=args.log_format, worker=args.worker)
+    )
     return EXIT_OK
 
 

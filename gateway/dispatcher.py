@@ -8,7 +8,9 @@ a turn runs are answered one by one, each turn seeing the ones before it. Differ
 concurrently, at most `max_concurrent_turns` at once.
 
 Work is found by polling the inbox (which also picks up what a crashed process left behind)
-and, within a process, at once through `notify()` when the inbox accepts a message.
+and, within a process, at once through `notify()` when the inbox accepts a message. A turn
+worker hears of its share of the senders (`storage.inbox_signal`), and its polls take the
+other workers' senders only once their events have waited `TAKEOVER_AFTER`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from channels.base import ChannelMessage
@@ -29,8 +32,10 @@ from gateway.turn_values import QueuedEvent
 from gateway.turns import TurnProcessor
 from primitives.bounded_cache import BoundedCache
 from primitives.single_flight import SingleFlight
+from storage.column_types import utcnow
 from storage.database import Database
 from storage.driver_rows import DriverScope, pipelined
+from storage.inbox_signal import TAKEOVER_AFTER, WorkerShare
 from storage.locks import Held, TurnLocks
 from storage.repositories.inbox import InboxRepository, UserQueueRead, send_user_queue
 from storage.repositories.session_state import CurrentSessionsRead, read_current_sessions
@@ -81,12 +86,18 @@ class Dispatcher:
         *,
         max_concurrent_turns: int,
         poll_interval: float = 1.0,
+        share: WorkerShare | None = None,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.database = database
         self.identities = identities
         self.locks = locks
         self.processor = processor
         self.poll_interval = poll_interval
+        # A turn worker's share: its polls leave the other workers' senders to them until
+        # their events have waited `TAKEOVER_AFTER` (`storage.inbox_signal`).
+        self.share = share
+        self.clock = clock
         self._slots = asyncio.Semaphore(max_concurrent_turns)
         self._wake = asyncio.Event()
         self._hints: set[str] = set()
@@ -186,7 +197,9 @@ class Dispatcher:
         polled = senders is None
         if senders is None:
             async with self.database.single() as db:
-                senders = await InboxRepository(db).pending_senders()
+                senders = await InboxRepository(db).pending_senders(
+                    share=self.share, before=self.clock() - TAKEOVER_AFTER
+                )
         for sender in senders:
             if self._stopping:
                 return

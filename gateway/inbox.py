@@ -50,6 +50,7 @@ class Inbox:
         clock: Callable[[], datetime],
         on_accept: Callable[[str], None] | None,
         on_arrival: Callable[[int, str, dict[str, Any]], None] | None = None,
+        workers: int = 1,
     ) -> None:
         self.database = database
         self.metrics = metrics
@@ -60,6 +61,8 @@ class Inbox:
         if on_accept is None and database.is_sqlite:
             raise ValueError("announcing new messages to other processes needs PostgreSQL")
         self.on_accept = on_accept
+        # The turn workers the INSERT announces new messages' senders to (without `on_accept`).
+        self.announce_to = 0 if on_accept is not None else workers
         # Told (event id, sender key, message record) of each new message once committed,
         # before `on_accept` schedules its turn, for what can be shown at once (the status).
         self.on_arrival = on_arrival
@@ -98,7 +101,7 @@ class Inbox:
     async def _store(self, events: list[NewInboundEvent]) -> list[int | None]:
         # One multi-row INSERT: committed by itself before anyone is acknowledged.
         async with self.database.statement(writes=True, accepting=True) as scope:
-            event_ids = await accept_events(scope, events, announce=self.on_accept is None)
+            event_ids = await accept_events(scope, events, announce=self.announce_to)
         # Committed: counted, logged and handed to the dispatcher here rather than by each
         # caller, so a caller that went away (a closed request) cannot hide its message.
         for event, event_id in zip(events, event_ids, strict=True):

@@ -44,7 +44,7 @@ from sessions.toolbox import McpToolbox
 from sessions.turn import TurnService
 from storage.column_types import utcnow
 from storage.database import Database
-from storage.inbox_signal import inbox_listener
+from storage.inbox_signal import WorkerShare, inbox_listener
 from storage.local_transcripts import LocalTranscriptStore
 from storage.locks import TurnLocks, turn_locks_for
 from storage.memory_signal import memory_listener
@@ -185,18 +185,25 @@ class GatewayRuntime:
     # all: accept and run turns; accept: only accept (turn workers run them); turns: a turn
     # worker (no HTTP, no email listener, no migrations).
     role: Role = "all"
+    # A turn worker's share of the senders (`storage.inbox_signal`); None in other roles.
+    share: WorkerShare | None = None
     # The MCP servers (None in a process that runs no turns).
     toolbox: McpToolbox | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
     async def start(
-        cls, config: GatewayConfig, *, clock: Callable[[], datetime] = utcnow, role: Role = "all"
+        cls,
+        config: GatewayConfig,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        role: Role = "all",
+        worker: int = 0,
     ) -> GatewayRuntime:
         """Open the database (migrating it when `storage.auto_migrate`), the store, the users.
 
-        A turn worker (`role="turns"`) leaves migrations and the users to the process that
-        started it, and listens on no port.
+        A turn worker (`role="turns"`, number `worker` of `server.turn_workers`) leaves
+        migrations and the users to the process that started it, and listens on no port.
         """
         database = Database(
             config.storage.database_url,
@@ -223,7 +230,7 @@ class GatewayRuntime:
         except BaseException:
             await database.dispose()
             raise
-        runtime = cls._wire(config, database, transcripts, clock, role)
+        runtime = cls._wire(config, database, transcripts, clock, role, worker=worker)
         try:
             if runtime.toolbox is not None:
                 await runtime.toolbox.start()
@@ -250,6 +257,8 @@ class GatewayRuntime:
         transcripts: TranscriptStore,
         clock: Callable[[], datetime],
         role: Role = "all",
+        *,
+        worker: int = 0,
     ) -> GatewayRuntime:
         settings = runtime_settings(config)
         metrics = GatewayMetrics()
@@ -311,10 +320,13 @@ class GatewayRuntime:
         # inbox's INSERT itself); otherwise the inbox wakes this process's dispatcher (built
         # below, once the adapters exist).
         announce = role == "accept"
+        workers = max(config.server.turn_workers, 1)
+        share = WorkerShare(worker, workers) if role == "turns" else None
         inbox = Inbox(
             database,
             metrics,
             clock=clock,
+            workers=workers,
             on_accept=None if announce else lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
             # Only a process that runs the turns shows their status as messages arrive.
             on_arrival=None if announce else lambda *arrival: dispatcher.arrived(*arrival),  # noqa: PLW0108 (bound later)
@@ -348,6 +360,8 @@ class GatewayRuntime:
             locks,
             processor,
             max_concurrent_turns=config.sessions.max_concurrent_turns,
+            share=share,
+            clock=clock,
         )
         admin = Administration(database, transcripts, clock)
         jobs = BackgroundJobs(
@@ -376,6 +390,7 @@ class GatewayRuntime:
             admin=admin,
             adapters=adapters,
             role=role,
+            share=share,
             toolbox=toolbox,
         )
 
@@ -399,8 +414,8 @@ class GatewayRuntime:
             ("outbox", self.outbox.run),
             ("jobs", self.jobs.run),
         ]
-        if self.role == "turns":
-            listener = inbox_listener(self.database.url, self.dispatcher.notify)
+        if self.share is not None:
+            listener = inbox_listener(self.database.url, self.dispatcher.notify, self.share)
             loops.append(("inbox-listener", listener.run))
         if not self.database.is_sqlite:
             # Any process's change to a user's memory reaches this one's cache at once, so

@@ -96,6 +96,7 @@ async def serve(
     *,
     role: Literal["all", "turns"] = "all",
     log_format: str | None = None,
+    worker: int = 0,
 ) -> None:
     """Start the runtime, serve until SIGTERM/SIGINT, then shut down in order.
 
@@ -104,10 +105,11 @@ async def serve(
     signal forces the exit. The runtime closes only after the server stops.
     SIGHUP reads `config_path` again and applies it (`gateway.reload`). With
     `server.turn_workers`, this process only accepts and starts the turn workers
-    (`gateway.workers`); `role="turns"` is such a worker: no HTTP, turns only.
+    (`gateway.workers`); `role="turns"` is such a worker (number `worker`): no HTTP, turns
+    only.
     """
     if role == "turns":
-        await _serve_turns(config, config_path)
+        await _serve_turns(config, config_path, worker)
         return
     workers = None
     if config.server.turn_workers:
@@ -152,7 +154,7 @@ async def serve(
         await runtime.close()
 
 
-async def _serve_turns(config: GatewayConfig, config_path: Path | None) -> None:
+async def _serve_turns(config: GatewayConfig, config_path: Path | None, worker: int) -> None:
     """A turn worker: run turns, send replies and the jobs until SIGTERM/SIGINT.
 
     It runs at a lower scheduling priority (`TURN_WORKER_NICENESS`): on a host whose cores are
@@ -160,7 +162,7 @@ async def _serve_turns(config: GatewayConfig, config_path: Path | None) -> None:
     the CPU first and the turns take what is left; on a host with cores to spare it changes
     nothing."""
     os.nice(TURN_WORKER_NICENESS)
-    runtime = await GatewayRuntime.start(config, role="turns")
+    runtime = await GatewayRuntime.start(config, role="turns", worker=worker)
     stopped = asyncio.Event()
     try:
         loop = asyncio.get_running_loop()

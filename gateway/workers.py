@@ -1,8 +1,9 @@
 """Turn workers: the processes that run turns beside the one that accepts messages.
 
 With `server.turn_workers: N`, `gateway run` serves HTTP and email and commits what arrives,
-and starts N children (`gateway run --role turns` with the same config) that run the
-dispatcher, the outbox and the background jobs. Accepting then never waits behind a turn
+and starts N children (`gateway run --role turns --worker I` with the same config) that run
+the dispatcher, the outbox and the background jobs, each first for its share of the senders
+(`storage.inbox_signal`). Accepting then never waits behind a turn
 for the CPU, and the turns use another core. The children are supervised: one that exits is
 started again (after a pause that grows while it keeps failing), and all of them are stopped
 with SIGTERM (SIGKILL after the grace period) when the gateway stops. Nothing is lost when a
@@ -51,7 +52,7 @@ class TurnWorkers:
         delay = 1.0
         loop = asyncio.get_running_loop()
         while not self._stopping:
-            process = await asyncio.create_subprocess_exec(*self.command)
+            process = await asyncio.create_subprocess_exec(*self.command, "--worker", str(index))
             self._processes[index] = process
             started = loop.time()
             log.info("workers.started", worker=index, pid=process.pid)

@@ -9,6 +9,14 @@ delivers it when the rows are committed, and it costs no statement or connection
 Each worker keeps one connection listening (`inbox_listener`, a
 `storage.notifications.Listener`).
 
+Each sender belongs to one worker's share (`share_of`, a hash of the sender's key): it is
+announced on that worker's channel only, and the other workers' polls leave its events to
+that worker until they have waited `TAKEOVER_AFTER` (its worker is stopped, restarting or
+behind). Told of every sender, every worker tried every user's turn lock and read their queue
+or history with it, and all but one for nothing, so that two workers cost more a message
+than one process (`bench/README.md`); a user's turns also run in one process, whose caches
+keep their history and memory.
+
 A lost notification (a worker reconnecting) costs at most the poll interval, never a message:
 the inbox row is the record, the notification only a hint.
 """
@@ -16,16 +24,55 @@ the inbox row is the record, the notification only a hint.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy.engine import URL
 
 from storage.notifications import Listener
 
 CHANNEL = "gateway_inbox"
-"""The notification channel; a notification's payload is senders' keys, one per line."""
+"""The notification channels' prefix: worker N's channel is `gateway_inbox_N`; a
+notification's payload is senders' keys, one per line."""
+
+TAKEOVER_AFTER = timedelta(seconds=10)
+"""How long a sender's oldest pending event waits for its own worker before any worker's poll
+takes it (a worker that exits is restarted after a second or more)."""
 
 
-def inbox_listener(url: URL, on_sender: Callable[[str | None], None]) -> Listener:
-    """Calls `on_sender(sender)` for every sender the accepting process announces, and
-    `on_sender(None)` after (re)connecting, when announcements may have been missed."""
-    return Listener(url, CHANNEL, on_sender)
+@dataclass(frozen=True, slots=True)
+class WorkerShare:
+    """Which of `count` turn workers this is (`index` from 0)."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"worker {self.index} of {self.count}: the index must be below")
+
+    @property
+    def channel(self) -> str:
+        """The channel this worker's senders are announced on."""
+        return share_channel(self.index)
+
+
+def share_channel(index: int) -> str:
+    """The notification channel of worker `index`."""
+    return f"{CHANNEL}_{index}"
+
+
+def share_of(column: str, count: int) -> str:
+    """SQL: the index of the worker (of `count`) whose share the sender key in `column` is.
+    The statement that announces and the workers' polls compute it on the same server
+    (PostgreSQL's `hashtext`), so they agree."""
+    return f"mod(hashtext({column})::bigint + 2147483648, {int(count)})"
+
+
+def inbox_listener(
+    url: URL, on_sender: Callable[[str | None], None], share: WorkerShare
+) -> Listener:
+    """Calls `on_sender(sender)` for every sender of the worker's share the accepting process
+    announces, and `on_sender(None)` after (re)connecting, when announcements may have been
+    missed."""
+    return Listener(url, share.channel, on_sender)

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage import driver_rows
 from storage.inbox_signal import CHANNEL as INBOX_CHANNEL
+from storage.inbox_signal import WorkerShare, share_of
 from storage.models import InboundEvent, InboundStatus
 from storage.repositories._sql import dialect_insert
 
@@ -66,7 +67,7 @@ _QUEUED = "SELECT id, message, live_reply FROM inbound_events WHERE id = :id"
 
 
 @functools.lru_cache(maxsize=2 * MAX_ACCEPT_BATCH)
-def _accept_many(count: int, *, announce: bool) -> str:
+def _accept_many(count: int, *, announce: int) -> str:
     # status and attempts as the model's defaults would set them.
     insert = (
         "INSERT INTO inbound_events "  # noqa: S608 (placeholders only)
@@ -80,21 +81,25 @@ def _accept_many(count: int, *, announce: bool) -> str:
     )
     if not announce:
         return insert
-    # The senders of the new rows (not the duplicates), oldest first, in notifications of
-    # about `ANNOUNCED_BYTES`; PostgreSQL sends them when the statement commits. The count
-    # keeps the CTE that notifies in the plan (only referenced CTEs run), evaluated once.
+    # The senders of the new rows (not the duplicates), oldest first, each on its worker's
+    # channel, in notifications of about `ANNOUNCED_BYTES`; PostgreSQL sends them when the
+    # statement commits. The count keeps the CTE that notifies in the plan (only referenced
+    # CTEs run), evaluated once.
     return f"""
 WITH accepted AS ({insert}),
-senders AS (SELECT sender_key, min(id) AS first FROM accepted GROUP BY sender_key),
+senders AS (
+    SELECT sender_key, min(id) AS first, {share_of("sender_key", announce)} AS share
+    FROM accepted GROUP BY sender_key
+),
 parts AS (
-    SELECT sender_key, first,
-           (sum(octet_length(sender_key) + 1) OVER (ORDER BY first)
+    SELECT sender_key, first, share,
+           (sum(octet_length(sender_key) + 1) OVER (PARTITION BY share ORDER BY first)
             - octet_length(sender_key) - 1) / {ANNOUNCED_BYTES} AS part
     FROM senders
 ),
 announced AS (
-    SELECT pg_notify('{INBOX_CHANNEL}', string_agg(sender_key, E'\\n' ORDER BY first))
-    FROM parts GROUP BY part
+    SELECT pg_notify('{INBOX_CHANNEL}_' || share, string_agg(sender_key, E'\\n' ORDER BY first))
+    FROM parts GROUP BY share, part
 )
 SELECT accepted.*, (SELECT count(*) FROM announced) AS notifications FROM accepted
 """  # noqa: S608 (our constants and placeholders only)
@@ -148,15 +153,25 @@ class InboxRepository:
         found = await driver_rows.rows(self.session, _QUEUED, {"id": event_id})
         return _pending(found[0]) if found else None
 
-    async def pending_senders(self, *, limit: int = 500) -> list[str]:
-        """Senders with unfinished events, in the order of their oldest event."""
-        result = await self.session.execute(
+    async def pending_senders(
+        self, *, limit: int = 500, share: WorkerShare | None = None, before: datetime | None = None
+    ) -> list[str]:
+        """Senders with unfinished events, in the order of their oldest event; with `share`,
+        only the worker's own and those whose oldest pending event arrived before `before`
+        (`storage.inbox_signal.TAKEOVER_AFTER`)."""
+        oldest = func.min(InboundEvent.id)
+        statement = (
             select(InboundEvent.sender_key)
             .where(InboundEvent.status == InboundStatus.PENDING.value)
             .group_by(InboundEvent.sender_key)
-            .order_by(func.min(InboundEvent.id))
+            .order_by(oldest)
             .limit(limit)
         )
+        if share is not None and share.count > 1:
+            own = literal_column(share_of("inbound_events.sender_key", share.count)) == share.index
+            waited = func.min(InboundEvent.received_at) < before if before is not None else None
+            statement = statement.having(own if waited is None else or_(own, waited))
+        result = await self.session.execute(statement)
         return list(result.scalars())
 
     async def pending_attachments(self) -> list[list[dict[str, Any]]]:
@@ -227,7 +242,7 @@ class InboxRepository:
 
 
 async def accept_events(
-    scope: driver_rows.DriverScope, events: Sequence[NewInboundEvent], *, announce: bool = False
+    scope: driver_rows.DriverScope, events: Sequence[NewInboundEvent], *, announce: int = 0
 ) -> list[int | None]:
     """Insert new events with one multi-row statement, in the given order.
 
@@ -235,9 +250,10 @@ async def accept_events(
     the table, or earlier in `events`. Every accepted message goes through here, so the
     statement runs through the driver (`storage.driver_rows`).
 
-    `announce` (PostgreSQL): the same statement notifies the turn workers of the new rows'
-    senders (`storage.inbox_signal`), delivered when it commits, so a worker never hears of
-    a row it cannot read yet; a statement whose rows are all duplicates notifies nobody.
+    `announce` (PostgreSQL): how many turn workers the same statement notifies of the new
+    rows' senders, each sender on its worker's channel (`storage.inbox_signal`), delivered
+    when it commits, so a worker never hears of a row it cannot read yet; a statement whose
+    rows are all duplicates notifies nobody. 0: none.
     """
     if not events:
         return []

@@ -150,6 +150,16 @@ def test_run_with_unreachable_database_exits_with_one_clear_line(tmp_path: Path)
     assert "hunter2" not in result.stderr
 
 
+def test_a_turn_worker_numbered_beyond_the_configured_workers_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        'server: {turn_workers: 2}\nstorage: {database_url: "postgresql+psycopg://gw@127.0.0.1:1/gw"}\n'
+    )
+    result = gateway("run", "--role", "turns", "--worker", "2", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("gateway: --worker 2: from 0 to 1 (server.turn_workers is 2)")
+
+
 def test_config_check_of_the_example_prints_ok() -> None:
     result = gateway("config", "check", str(EXAMPLE_CONFIG), cwd=ROOT)
     assert (result.returncode, result.stdout) == (0, "ok\n")

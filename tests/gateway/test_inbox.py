@@ -24,7 +24,7 @@ from gateway.metrics import GatewayMetrics
 from storage import driver_rows
 from storage.database import Database
 from storage.driver_rows import DriverScope
-from storage.inbox_signal import inbox_listener
+from storage.inbox_signal import WorkerShare, inbox_listener
 from storage.models import InboundEvent
 from storage.repositories.inbox import NewInboundEvent
 from tests.storage.listening import running, until
@@ -257,7 +257,7 @@ async def test_only_postgresql_announces_new_messages_to_other_processes(
         return
     inbox = Inbox(database, GatewayMetrics(), clock=lambda: T0, on_accept=None)
     heard: list[str | None] = []
-    async with running(inbox_listener(database.url, heard.append), heard):
+    async with running(inbox_listener(database.url, heard.append, WorkerShare(0, 1)), heard):
         assert (await inbox.accept(message("m-told", user="U7"))).accepted
         await until(lambda: len(heard) == 2)
     assert heard == [None, "slack:T1:U7"]
