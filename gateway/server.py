@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+import structlog
 import uvicorn
 
 from gateway.app import create_app
@@ -162,6 +163,7 @@ async def _serve_turns(config: GatewayConfig, config_path: Path | None, worker: 
     the CPU first and the turns take what is left; on a host with cores to spare it changes
     nothing."""
     os.nice(TURN_WORKER_NICENESS)
+    structlog.contextvars.bind_contextvars(worker=worker)  # on every line of this process
     runtime = await GatewayRuntime.start(config, role="turns", worker=worker)
     stopped = asyncio.Event()
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -31,8 +32,15 @@ pytestmark = GATEWAY_PROCESSES
 
 
 def write_config(
-    tmp_path: Path, name: str, port: int, database_url: str, latency: str, turn_workers: int = 0
+    tmp_path: Path,
+    name: str,
+    port: int,
+    database_url: str,
+    latency: str,
+    turn_workers: int = 0,
+    users: tuple[str, ...] = ("alice", "bob"),
 ) -> Path:
+    listed = ", ".join(f"{{id: {user}, org: acme, name: {user.title()}}}" for user in users)
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"""
@@ -43,7 +51,7 @@ storage:
 llm: {{offline_latency: {latency}}}
 organizations: [{{id: acme, name: Acme}}]
 identity:
-  users: [{{id: alice, org: acme, name: Alice}}, {{id: bob, org: acme, name: Bob}}]
+  users: [{listed}]
 """
     )
     return path
@@ -292,3 +300,40 @@ async def test_an_accepting_gateway_with_a_turn_worker_answers_each_message_once
     while Path(f"/proc/{restarted}").exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert not Path(f"/proc/{restarted}").exists()
+
+
+async def test_two_turn_workers_each_answer_their_own_share_of_the_senders(
+    tmp_path: Path, fresh_postgres_url: str, processes: list[GatewayProcess]
+) -> None:
+    """Alice's and Carol's web keys fall in different shares of two workers (`hashtext`,
+    computed by PostgreSQL): each is told of and answers its own, none waits for the other's
+    poll to take it over."""
+    port = free_port()
+    users = ("alice", "carol")
+    config = write_config(
+        tmp_path, "gw", port, fresh_postgres_url, "50ms", turn_workers=2, users=users
+    )
+    gateway = GatewayProcess(config, port, tmp_path).start()
+    processes.append(gateway)
+    async with gateway_client() as client:
+        for index in range(6):
+            response = await client.post(
+                f"{gateway.url}/web/v1/messages",
+                json={"user": users[index % 2], "text": f"q {index}", "message_id": f"s{index}"},
+            )
+            assert response.status_code == 202
+
+        async def answered() -> bool:
+            feeds = [
+                (await client.get(f"{gateway.url}/web/v1/messages", params={"user": u})).json()
+                for u in users
+            ]
+            return sum(len(feed["messages"]) for feed in feeds) >= 6
+
+        await wait_for(answered)
+    workers_of: dict[str, set[int]] = {}
+    for line in gateway.log_text().splitlines():
+        if '"turn.started"' in line:
+            entry = json.loads(line)
+            workers_of.setdefault(entry["user_id"], set()).add(entry["worker"])
+    assert workers_of == {"alice": {0}, "carol": {1}}
