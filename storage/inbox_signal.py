@@ -49,7 +49,7 @@ class WorkerShare:
 
     def __post_init__(self) -> None:
         if not 0 <= self.index < self.count:
-            raise ValueError(f"worker {self.index} of {self.count}: the index must be below")
+            raise ValueError(f"worker {self.index} is not one of 0 to {self.count - 1}")
 
     @property
     def channel(self) -> str:
