@@ -30,7 +30,7 @@ from sessions.memory import MemoryFact, extract_facts, remember_facts, transcrip
 from storage.database import Database
 from storage.models import Session, SessionCompaction, SessionMessage, SessionStatus
 from storage.repositories.compactions import CompactionRepository
-from storage.repositories.sessions import SessionRepository
+from storage.repositories.sessions import SessionRepository, StoredMessage
 from storage.transcripts import (
     SessionRef,
     TranscriptLine,
@@ -97,7 +97,7 @@ class CompactionResult:
     facts: tuple[MemoryFact, ...]
 
 
-def as_history(rows: Sequence[SessionMessage]) -> list[HistoryMessage]:
+def as_history(rows: Sequence[SessionMessage | StoredMessage]) -> list[HistoryMessage]:
     """Stored messages as context assembly takes them."""
     return [
         HistoryMessage(

@@ -38,7 +38,7 @@ from storage.models import Organization
 from storage.repositories.compactions import CompactionRepository
 from storage.repositories.memory import send_fact_texts
 from storage.repositories.session_state import SessionState
-from storage.repositories.sessions import SessionRepository
+from storage.repositories.sessions import history_messages
 from storage.repositories.summaries import send_recent_summaries
 from storage.repositories.users import OrganizationRepository
 
@@ -75,8 +75,8 @@ class HistoryCache:
         ):
             latest = await CompactionRepository(db).latest(session.id)
             after = latest.last_message_seq if latest else 0
-            rows = await SessionRepository(db).messages(
-                session.id, after_seq=after, through_seq=session.last_seq
+            rows = await history_messages(
+                db, session.id, after_seq=after, through_seq=session.last_seq
             )
             cached = SessionHistory(
                 session.compaction_count,
@@ -87,8 +87,8 @@ class HistoryCache:
             )
         elif cached.last_seq < session.last_seq:
             # Written by another process (or a turn whose cache update was lost): the rest.
-            rows = await SessionRepository(db).messages(
-                session.id, after_seq=cached.last_seq, through_seq=session.last_seq
+            rows = await history_messages(
+                db, session.id, after_seq=cached.last_seq, through_seq=session.last_seq
             )
             cached = self._extended(cached, as_history(rows), session.last_seq)
         self._entries.put(session.id, cached)

@@ -326,3 +326,44 @@ async def set_topic(
             "session_id": session_id,
         },
     )
+
+
+_HISTORY = """SELECT seq, role, content, tokens, thread_id, metadata FROM session_messages
+    WHERE session_id = :session_id AND seq > :after_seq AND seq <= :through_seq ORDER BY seq"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A stored message as a turn's context takes it (`history_messages`)."""
+
+    seq: int
+    role: str
+    content: str
+    tokens: int
+    thread_id: str
+    metadata_json: dict[str, Any]
+
+
+async def history_messages(
+    scope: driver_rows.DriverScope, session_id: str, *, after_seq: int, through_seq: int
+) -> list[StoredMessage]:
+    """The session's messages after `after_seq` up to `through_seq`, in sequence order,
+    through the driver: a turn reads them whenever its process's copy of the history is
+    behind (another process answered the user's last turn), and through the ORM each read
+    cost its object loading."""
+    found = await driver_rows.rows(
+        scope,
+        _HISTORY,
+        {"session_id": session_id, "after_seq": after_seq, "through_seq": through_seq},
+    )
+    return [
+        StoredMessage(
+            seq=int(seq),
+            role=role,
+            content=content,
+            tokens=int(tokens),
+            thread_id=thread_id,
+            metadata_json=driver_rows.json_value(metadata) or {},
+        )
+        for seq, role, content, tokens, thread_id, metadata in found
+    ]

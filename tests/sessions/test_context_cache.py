@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import event
 
 from sessions import context_cache
+from sessions.compaction import as_history
 from sessions.context import HistoryMessage
 from sessions.context_cache import HistoryCache, MemoryCache
 from sessions.memory import RetentionPolicy
@@ -60,6 +61,29 @@ async def test_messages_written_elsewhere_are_read_once_the_row_shows_them(
     assert await cached_texts(cache, database, session_id) == ["one", "two"]
     await store(database, session_id, "three")
     assert await cached_texts(cache, database, session_id) == ["one", "two", "three"]
+
+
+async def test_the_history_read_is_the_stored_messages_field_for_field(database: Database) -> None:
+    session_id = await new_session(database)
+    blocks = [{"type": "tool_use", "id": "t1", "name": "search", "input": {"q": "x"}}]
+    async with database.session() as db:
+        await store_turn_messages(
+            db,
+            session_id,
+            [
+                MessageToStore("user", "slack", "in a thread", tokens=3, thread_id="T.1"),
+                MessageToStore("assistant", "slack", "", tokens=9, metadata={"blocks": blocks}),
+            ],
+            at=T0,
+        )
+    cache = HistoryCache()
+    async with database.session() as db:
+        session = await SessionRepository(db).get(session_id)
+        assert session is not None
+        read = (await cache.read(db, session)).messages
+        stored = as_history(await SessionRepository(db).messages(session_id))
+    assert list(read) == stored
+    assert (read[0].thread_id, read[1].blocks, read[1].tokens) == ("T.1", tuple(blocks), 9)
 
 
 async def test_a_turns_own_messages_extend_the_cache_without_a_read(database: Database) -> None:
