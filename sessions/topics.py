@@ -12,7 +12,7 @@ from sessions.context import history_text
 from sessions.context_cache import HistoryCache
 from sessions.llm import LLMClient, LLMMessage, LLMRequest
 from storage.database import Database
-from storage.repositories.sessions import SessionRepository, set_topic
+from storage.repositories.sessions import history_messages, set_topic
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -43,8 +43,11 @@ class TopicWriter:
         recent = self.histories.recent(session_id, through_seq=last_seq, count=TOPIC_MESSAGES)
         if recent is None:
             async with self.database.session() as db:
-                rows = await SessionRepository(db).messages(
-                    session_id, after_seq=max(last_seq - TOPIC_MESSAGES, 0), through_seq=last_seq
+                rows = await history_messages(
+                    db,
+                    session_id,
+                    after_seq=max(last_seq - TOPIC_MESSAGES, 0),
+                    through_seq=last_seq,
                 )
             recent = tuple(as_history(rows))
         response = await self.llm.complete(
