@@ -268,14 +268,17 @@ def _run(args: argparse.Namespace) -> int:
     if args.role == "turns" and config.storage.database_url.startswith("sqlite"):
         print("gateway: --role turns needs PostgreSQL (SQLite serves one process)", file=sys.stderr)
         return EXIT_USAGE
-    workers = max(config.server.turn_workers, 1)
-    if args.role == "turns" and not 0 <= args.worker < workers:
-        print(
-            f"gateway: --worker {args.worker}: from 0 to {workers - 1} "
-            f"(server.turn_workers is {config.server.turn_workers})",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+    if args.role == "turns":
+        from storage.inbox_signal import WorkerShare  # noqa: PLC0415  (only for a worker)
+
+        try:
+            WorkerShare.configured(args.worker, config.server.turn_workers)
+        except ValueError as exc:
+            print(
+                f"gateway: --worker: {exc} (server.turn_workers is {config.server.turn_workers})",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
     asyncio.run(
         serve(config, args.config, role=args.role, log_format=args.log_format, worker=args.worker)
     )

@@ -62,7 +62,7 @@ class Inbox:
             raise ValueError("announcing new messages to other processes needs PostgreSQL")
         self.on_accept = on_accept
         # The turn workers the INSERT announces new messages' senders to (without `on_accept`).
-        self.announce_to = 0 if on_accept is not None else workers
+        self.announce_to = 0 if on_accept is not None else max(workers, 1)
         # Told (event id, sender key, message record) of each new message once committed,
         # before `on_accept` schedules its turn, for what can be shown at once (the status).
         self.on_arrival = on_arrival

@@ -320,13 +320,14 @@ class GatewayRuntime:
         # inbox's INSERT itself); otherwise the inbox wakes this process's dispatcher (built
         # below, once the adapters exist).
         announce = role == "accept"
-        workers = max(config.server.turn_workers, 1)
-        share = WorkerShare(worker, workers) if role == "turns" else None
+        share = (
+            WorkerShare.configured(worker, config.server.turn_workers) if role == "turns" else None
+        )
         inbox = Inbox(
             database,
             metrics,
             clock=clock,
-            workers=workers,
+            workers=config.server.turn_workers,
             on_accept=None if announce else lambda key: dispatcher.notify(key),  # noqa: PLW0108 (bound later)
             # Only a process that runs the turns shows their status as messages arrive.
             on_arrival=None if announce else lambda *arrival: dispatcher.arrived(*arrival),  # noqa: PLW0108 (bound later)

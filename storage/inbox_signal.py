@@ -47,6 +47,12 @@ class WorkerShare:
     index: int
     count: int
 
+    @classmethod
+    def configured(cls, index: int, turn_workers: int) -> WorkerShare:
+        """Worker `index` of `server.turn_workers` (of one when the setting is 0: a process
+        that runs every turn itself); `ValueError` when the index is not one of them."""
+        return cls(index, max(turn_workers, 1))
+
     def __post_init__(self) -> None:
         if not 0 <= self.index < self.count:
             raise ValueError(f"worker {self.index} is not one of 0 to {self.count - 1}")

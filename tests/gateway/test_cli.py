@@ -157,7 +157,9 @@ def test_a_turn_worker_numbered_beyond_the_configured_workers_is_refused(tmp_pat
     )
     result = gateway("run", "--role", "turns", "--worker", "2", "--config", str(config))
     assert result.returncode == 2
-    assert result.stderr.strip() == ("gateway: --worker 2: from 0 to 1 (server.turn_workers is 2)")
+    assert result.stderr.strip() == (
+        "gateway: --worker: worker 2 is not one of 0 to 1 (server.turn_workers is 2)"
+    )
 
 
 def test_config_check_of_the_example_prints_ok() -> None:
