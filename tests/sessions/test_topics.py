@@ -4,17 +4,13 @@ process answered), read from the database."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from sessions.context_cache import HistoryCache
 from sessions.llm import LLMRequest, LLMResponse
 from sessions.topics import TOPIC_MESSAGES, TopicWriter
 from storage.database import Database
 from storage.repositories.sessions import SessionRepository
-from storage.repositories.users import OrganizationRepository, UserRepository
-from storage.turn_store import MessageToStore, store_turn_messages
+from tests.sessions.test_context_cache import new_session, store
 
-T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 TOPIC = '{"summary": "Planning the Acme renewal.", "topics": ["acme", "renewal", "pricing"]}'
 
 
@@ -32,16 +28,8 @@ class TopicModel:
 async def test_a_topic_read_from_the_database_is_written_from_the_latest_messages(
     database: Database,
 ) -> None:
-    async with database.session() as db:
-        await OrganizationRepository(db).upsert("acme", "Acme")
-        await UserRepository(db).upsert("alice", "acme", "Alice")
-        session_id = (await SessionRepository(db).create("alice", "acme", at=T0)).id
-        await store_turn_messages(
-            db,
-            session_id,
-            [MessageToStore("user", "web", f"message {n}", tokens=1) for n in range(1, 41)],
-            at=T0,
-        )
+    session_id = await new_session(database)
+    await store(database, session_id, *(f"message {n}" for n in range(1, 41)))
     model = TopicModel()
     writer = TopicWriter(database, model, HistoryCache(), every=5)  # the cache holds nothing
 
