@@ -280,6 +280,14 @@ class InboundEvent(Base):
         UniqueConstraint("channel_type", "message_id"),
         Index("ix_inbound_events_status_id", "status", "id"),
         Index("ix_inbound_events_sender_status", "sender_key", "status"),
+        # A user's queue (migration 0011): their pending events alone, in queue order.
+        Index(
+            "ix_inbound_events_pending_sender",
+            "sender_key",
+            "id",
+            sqlite_where=text("status = 'pending'"),
+            postgresql_where=text("status = 'pending'"),
+        ),
         # Ids are queue order and feed cursors: SQLite must never reuse a deleted row's id.
         {"sqlite_autoincrement": True},
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from storage.models import (
 from storage.repositories.inbox import (
     InboxRepository,
     NewInboundEvent,
+    _next_pending,
     accept_events,
     send_user_queue,
 )
@@ -379,6 +381,36 @@ async def test_inbox_accepts_a_message_id_once(database: Database) -> None:
         assert await inbox.record_failure(later, "boom") == 1
         queue = await (await send_user_queue(session, ["web:alice"])).events()
     assert [event.id for event in queue] == [later]
+
+
+async def test_a_users_queue_is_read_from_their_own_events_whatever_the_backlog(
+    database: Database,
+) -> None:
+    """Every turn reads its user's queue (their identities' sender keys: a Slack one and a
+    web one here) with a prepared statement, which PostgreSQL may plan once for every user
+    while the table's statistics are off (never analyzed here). That plan must reach the
+    user's pending events by sender, not walk every sender's pending events in queue order
+    and filter them: the read would cost what the whole backlog costs."""
+    if database.is_sqlite:
+        pytest.skip("PostgreSQL's generic plans")
+    bulk = """
+INSERT INTO inbound_events (channel_type, message_id, sender_key, status, attempts,
+                            received_at, message, raw_payload)
+SELECT 'slack', :status || n, 'slack:T1:U' || n, :status, 0, :at, '{}', '{}'
+FROM generate_series(1, :count) AS n"""
+    async with database.session() as session:
+        for status, count in (("done", 3000), ("pending", 1300)):
+            await session.execute(text(bulk), {"status": status, "count": count, "at": T0})
+    sql = re.sub(r":key_(\d)", lambda key: f"${int(key[1]) + 1}", _next_pending(2))
+    sql = sql.replace(":limit", "$3")
+    async with database.session() as session:
+        await session.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        await session.execute(text(f"PREPARE user_queue(text, text, int) AS {sql}"))
+        explain = "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE user_queue('slack:T1:U1200', 'web:u', 1)"
+        plan = "\n".join((await session.execute(text(explain))).scalars())
+    assert "ix_inbound_events_pending_sender" in plan
+    assert "ix_inbound_events_status_id" not in plan
+    assert "Rows Removed by Filter" not in plan
 
 
 async def test_outbox_retries_then_delivers_or_gives_up(database: Database) -> None:
