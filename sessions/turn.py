@@ -57,7 +57,7 @@ from sessions.turn_tools import WaitingCalls
 from sessions.turn_values import LLM_APOLOGY_TEXT, TurnResult, UserTurn, new_outbound_id
 from sessions.turn_write import TurnReply, messages_to_store, write_turn
 from storage.database import Database
-from storage.models import ToolConfirmation as ToolConfirmationRow
+from storage.repositories.tool_confirmations import WaitingCall
 from storage.transcripts import SessionRef, TranscriptStore
 
 log = structlog.stdlib.get_logger(__name__)
@@ -70,7 +70,7 @@ class _TurnReads:
 
     context: ContextReads
     pending: HistoryMessage
-    waiting: ToolConfirmationRow | None
+    waiting: WaitingCall | None
     confirmed: ConfirmedCall | None
 
 

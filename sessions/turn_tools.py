@@ -17,9 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from primitives.bounded_cache import BoundedCache
 from sessions.engine_values import ConfirmedCall, ToolRequest, TurnOutcome
-from storage.models import ToolConfirmation as ToolConfirmationRow
 from storage.repositories.sessions import SessionRepository
-from storage.repositories.tool_confirmations import ToolConfirmationRepository
+from storage.repositories.tool_confirmations import (
+    ToolConfirmationRepository,
+    WaitingCall,
+    read_waiting,
+)
 
 log = structlog.stdlib.get_logger(__name__)
 
@@ -43,14 +46,14 @@ class WaitingCalls:
         text: str,
         *,
         now: datetime,
-    ) -> tuple[ToolConfirmationRow | None, ConfirmedCall | None]:
+    ) -> tuple[WaitingCall | None, ConfirmedCall | None]:
         """The tool call waiting for a yes, if any, and what the user's message says to it.
         One waits only after a turn asked for it: none in a new session, nor in one whose
         latest turn was answered here and left none (every turn moves `last_seq`, so another
         process's turn is seen)."""
         if not last_seq or self._nothing_asked.get(session_id) == last_seq:
             return None, None
-        waiting = await ToolConfirmationRepository(db).waiting(session_id)
+        waiting = await read_waiting(db, session_id)
         if waiting is None or waiting.user_id != user_id:
             return waiting, None
         return waiting, answer_to(waiting_request(waiting), text, now=now)
@@ -110,9 +113,9 @@ class WaitingCalls:
 YES_ANSWERS = frozenset({"yes", "y"})
 
 
-def waiting_request(row: ToolConfirmationRow) -> ToolRequest:
+def waiting_request(call: WaitingCall) -> ToolRequest:
     """The stored waiting call as the engine's value."""
-    return ToolRequest(row.tool_name, dict(row.tool_input), row.question, row.expires_at)
+    return ToolRequest(call.tool_name, dict(call.tool_input), call.question, call.expires_at)
 
 
 def answer_to(request: ToolRequest, text: str, *, now: datetime) -> ConfirmedCall:

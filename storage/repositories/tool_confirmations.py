@@ -3,13 +3,43 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from storage import driver_rows
 from storage.models import ToolConfirmation
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingCall:
+    """A session's call waiting for its user's yes, as read."""
+
+    user_id: str
+    tool_name: str
+    tool_input: Mapping[str, Any]
+    question: str
+    expires_at: datetime
+
+
+_WAITING = """SELECT user_id, tool_name, tool_input, question, expires_at
+    FROM tool_confirmations WHERE session_id = :session_id"""
+
+
+async def read_waiting(scope: driver_rows.DriverScope, session_id: str) -> WaitingCall | None:
+    """The call waiting in this session, if any (expired ones included: the turn says so).
+    A turn reads it whenever another process may have asked for one (replicas behind a load
+    balancer: most messages), so through the driver, as the turn's other reads."""
+    found = await driver_rows.rows(scope, _WAITING, {"session_id": session_id}, timestamps=(4,))
+    if not found:
+        return None
+    user_id, tool_name, tool_input, question, expires_at = found[0]
+    return WaitingCall(
+        user_id, tool_name, driver_rows.json_value(tool_input) or {}, question, expires_at
+    )
 
 
 class ToolConfirmationRepository:
@@ -17,10 +47,6 @@ class ToolConfirmationRepository:
 
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
-
-    async def waiting(self, session_id: str) -> ToolConfirmation | None:
-        """The call waiting in this session, if any (expired ones included: the turn says so)."""
-        return await self.session.get(ToolConfirmation, session_id)
 
     async def ask(
         self,

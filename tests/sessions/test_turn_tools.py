@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from sessions.turn_tools import WaitingCalls
 from storage.database import Database
 from storage.repositories.sessions import SessionRepository
-from storage.repositories.tool_confirmations import ToolConfirmationRepository
+from storage.repositories.tool_confirmations import ToolConfirmationRepository, WaitingCall
 from storage.repositories.users import OrganizationRepository, UserRepository
 from storage.turn_store import MessageToStore, store_turn_messages
 from tests.statements import recorded_statements
@@ -74,8 +74,14 @@ async def test_a_call_asked_by_another_process_is_found_and_answered(database: D
     moved = await another_process_asks(database, session_id)
     async with database.lookups() as db:
         waiting, confirmed = await here.read(db, session_id, moved, "alice", "yes", now=AT)
-    assert waiting is not None
-    assert waiting.tool_name == "crm__delete_contact"
+    assert waiting == WaitingCall(
+        "alice",
+        "crm__delete_contact",
+        {"name": "Wile E."},
+        "Run `crm__delete_contact`? Reply yes or no",
+        AT + timedelta(minutes=5),
+    )
+    assert waiting.expires_at.tzinfo is not None
     assert confirmed is not None
     assert (confirmed.confirmed, confirmed.request.tool_input) == (True, {"name": "Wile E."})
 
