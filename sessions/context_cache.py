@@ -34,7 +34,6 @@ from sessions.compaction import as_history
 from sessions.context import HistoryMessage
 from sessions.memory import RetentionPolicy, SessionSummary
 from storage.driver_rows import pipelined
-from storage.models import Organization
 from storage.repositories.compactions import CompactionRepository
 from storage.repositories.memory import send_fact_texts
 from storage.repositories.session_state import SessionState
@@ -139,17 +138,28 @@ class _Unread(enum.Enum):
     UNREAD = enum.auto()
 
 
+@dataclass(frozen=True, slots=True)
+class OrganizationFacts:
+    """What a turn's context says of its organization."""
+
+    name: str
+    context: str
+
+
 class OrganizationCache:
     """Organizations by id, each read at most once per `ttl` seconds."""
 
     def __init__(self, ttl: float = 60.0, max_entries: int = 10_000) -> None:
-        self._entries: BoundedCache[str, Organization | None] = BoundedCache(max_entries, ttl=ttl)
+        self._entries: BoundedCache[str, OrganizationFacts | None] = BoundedCache(
+            max_entries, ttl=ttl
+        )
 
-    async def get(self, db: AsyncSession, org_id: str) -> Organization | None:
-        """The organization (detached from `db`), or None."""
+    async def get(self, db: AsyncSession, org_id: str) -> OrganizationFacts | None:
+        """The organization's name and context, or None when there is no such organization."""
         cached = self._entries.get(org_id, _Unread.UNREAD)
         if cached is _Unread.UNREAD:
-            cached = await OrganizationRepository(db).get(org_id)
+            row = await OrganizationRepository(db).get(org_id)
+            cached = OrganizationFacts(row.name, row.context) if row is not None else None
             self._entries.put(org_id, cached)
         return cached
 
