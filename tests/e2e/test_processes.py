@@ -1,4 +1,5 @@
-"""Real `gateway run` processes: two sharing one PostgreSQL database, and one killed mid-turn."""
+"""Real `gateway run` processes: two sharing one PostgreSQL database, one killed mid-turn, and
+turn workers (one killed, one hung)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,7 @@ from sqlalchemy import select
 
 from gateway.server import TURN_WORKER_NICENESS
 from storage.database import Database
+from storage.inbox_signal import TAKEOVER_AFTER
 from storage.models import InboundEvent, OutboundMessage, Session, SessionMessage
 from tests.e2e.harness import free_port, gateway_client
 
@@ -337,3 +339,67 @@ async def test_two_turn_workers_each_answer_their_own_share_of_the_senders(
             entry = json.loads(line)
             workers_of.setdefault(entry["user_id"], set()).add(entry["worker"])
     assert workers_of == {"alice": {0}, "carol": {1}}
+
+
+def worker_pid(parent: int, index: int) -> int:
+    """The pid of the gateway's turn worker `index` (started with `--worker index`)."""
+    for pid in worker_pids(parent):
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if arguments[arguments.index(b"--worker") + 1] == str(index).encode():
+            return pid
+    raise AssertionError(f"no turn worker {index} under {parent}")
+
+
+async def test_a_hung_workers_senders_are_taken_over_by_another_and_answered_once(
+    tmp_path: Path, fresh_postgres_url: str, processes: list[GatewayProcess]
+) -> None:
+    """Carol's key is worker 1's share (see above). While worker 1 is stopped (alive, so not
+    restarted: a hung process), worker 0's poll takes her message once it has waited
+    `TAKEOVER_AFTER`; when worker 1 runs again it does not answer it a second time."""
+    port = free_port()
+    users = ("alice", "carol")
+    config = write_config(
+        tmp_path, "gw", port, fresh_postgres_url, "50ms", turn_workers=2, users=users
+    )
+    gateway = GatewayProcess(config, port, tmp_path).start()
+    processes.append(gateway)
+    assert gateway.process is not None
+    async with gateway_client() as client:
+
+        async def post(user: str, message_id: str) -> None:
+            response = await client.post(
+                f"{gateway.url}/web/v1/messages",
+                json={"user": user, "text": f"q {message_id}", "message_id": message_id},
+            )
+            assert response.status_code == 202
+
+        async def replies_to(user: str) -> list[str]:
+            feed = await client.get(f"{gateway.url}/web/v1/messages", params={"user": user})
+            return [reply["in_reply_to"] for reply in feed.json()["messages"]]
+
+        for user in users:
+            await post(user, f"warm-{user}")
+        for user in users:
+            await wait_for(lambda user=user: _has(replies_to(user), f"warm-{user}"))
+        hung = worker_pid(gateway.process.pid, 1)
+        os.kill(hung, signal.SIGSTOP)
+        try:
+            posted = time.monotonic()
+            await post("carol", "while-hung")
+            await wait_for(lambda: _has(replies_to("carol"), "while-hung"), timeout=90)
+            waited = time.monotonic() - posted
+        finally:
+            os.kill(hung, signal.SIGCONT)
+        await asyncio.sleep(3)  # worker 1 hears of the event again, finds it answered
+        assert sorted(await replies_to("carol")) == ["warm-carol", "while-hung"]
+    assert waited >= TAKEOVER_AFTER.total_seconds() - 1
+    workers_of: dict[str, list[int]] = {}
+    for line in gateway.log_text().splitlines():
+        if '"turn.started"' in line:
+            entry = json.loads(line)
+            workers_of.setdefault(entry["user_id"], []).append(entry["worker"])
+    assert workers_of == {"alice": [0], "carol": [1, 0]}
+
+
+async def _has(replies: Awaitable[list[str]], message_id: str) -> bool:
+    return message_id in await replies
