@@ -44,6 +44,9 @@ _TEMP_PREFIX = ".tmp-"
 # sync them at once, but here four such threads cost as much CPU a message as a thread per
 # segment did (`bench/README.md`).
 _SEGMENTS_PER_BATCH = 64
+# Session folders whose segments were written: their next segments go straight in. Past this
+# many the set starts again (each one costs a resolve and a mkdir once more).
+_READY_FOLDERS = 10_000
 
 
 class LocalTranscriptStore:
@@ -55,6 +58,9 @@ class LocalTranscriptStore:
         self._segments: GroupCommit[tuple[str, bytes], None] = GroupCommit(
             self._write_segments, max_batch=_SEGMENTS_PER_BATCH
         )
+        # A plain set: segments and deletions run in different worker threads, and each of
+        # its operations is one step under the interpreter's lock.
+        self._ready_folders: set[str] = set()
 
     def _path(self, key: str) -> Path:
         """Map a key to its path; refuse one that resolves outside root (e.g. via a symlink)."""
@@ -83,7 +89,7 @@ class LocalTranscriptStore:
         results: list[StorageError | None] = []
         for key, data in segments:
             try:
-                write_durably(self._path(key), data, temp_prefix=_TEMP_PREFIX)
+                self._write_segment(key, data)
             except StorageError as exc:
                 results.append(exc)
             except OSError as exc:
@@ -91,6 +97,25 @@ class LocalTranscriptStore:
             else:
                 results.append(None)
         return results
+
+    def _write_segment(self, key: str, data: bytes) -> None:
+        """One segment. A folder this store made and found inside the root is remembered: the
+        session's next segments skip resolving the key and making the folder, a dozen system
+        calls a segment, each one a moment where the event loop's thread and this one hand the
+        interpreter's lock to each other. A remembered folder that has gone (its session
+        deleted meanwhile) is made again, as the first segment's would be."""
+        check_key(key)
+        folder = key.rpartition("/")[0]
+        if folder in self._ready_folders:
+            try:
+                write_durably(self._root / key, data, temp_prefix=_TEMP_PREFIX, folder_exists=True)
+                return
+            except FileNotFoundError:
+                self._ready_folders.discard(folder)
+        write_durably(self._path(key), data, temp_prefix=_TEMP_PREFIX)
+        if len(self._ready_folders) >= _READY_FOLDERS:
+            self._ready_folders.clear()
+        self._ready_folders.add(folder)
 
     async def read_transcript(self, ref: SessionRef) -> bytes:
         """Read the legacy file, then the segments in key order, in one worker thread."""
@@ -196,6 +221,8 @@ class LocalTranscriptStore:
         return await asyncio.to_thread(self._delete_sync, user_prefix(org_id, user_id))
 
     def _delete_sync(self, prefix: str) -> int:
+        # Segments for these folders resolve and make them again (deleting is rare).
+        self._ready_folders.clear()
         base = self._path(prefix.rstrip("/"))
         removed = 0
         try:

@@ -177,3 +177,55 @@ async def test_local_a_segment_that_cannot_be_written_fails_alone_in_its_batch(
     assert "cannot write transcript segment" in str(results[1])
     assert parse_transcript(await store.read_transcript(REF)) == turn(1) + turn(3)
     await store.close()
+
+
+async def test_local_a_sessions_later_segments_neither_resolve_nor_make_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first segment of a session checks its key against the root and makes its folder;
+    the next ones go straight in (each system call skipped is one hand-over of the
+    interpreter's lock between the event loop and the writer). A folder deleted meanwhile
+    is made again."""
+    resolved: list[Path] = []
+    made: list[Path] = []
+    resolve, mkdir = Path.resolve, Path.mkdir
+
+    def counting_resolve(path: Path, strict: bool = False) -> Path:
+        resolved.append(path)
+        return resolve(path, strict)
+
+    def counting_mkdir(path: Path, *args: Any, **kwargs: Any) -> None:
+        made.append(path)
+        mkdir(path, *args, **kwargs)
+
+    store = LocalTranscriptStore(tmp_path)
+    with monkeypatch.context() as patched:
+        patched.setattr(Path, "resolve", counting_resolve)
+        patched.setattr(Path, "mkdir", counting_mkdir)
+        await store.append_lines(REF, turn(1), first_seq=1)
+        first = (len(resolved), len(made))
+        for first_seq in (3, 5):
+            await store.append_lines(REF, turn(first_seq), first_seq=first_seq)
+        assert first[0] == 1
+        assert first[1] > 0
+        assert (len(resolved), len(made)) == first
+
+        await store.delete_session(REF)
+        await store.append_lines(REF, turn(7), first_seq=7)
+    assert parse_transcript(await store.read_transcript(REF)) == turn(7)
+    assert [p.name for p in (tmp_path / segment(REF, 7)).parent.iterdir()] == [
+        Path(segment(REF, 7)).name
+    ]
+
+
+async def test_local_a_remembered_folder_removed_behind_the_stores_back_is_made_again(
+    tmp_path: Path,
+) -> None:
+    store = LocalTranscriptStore(tmp_path)
+    await store.append_lines(REF, turn(1), first_seq=1)
+    folder = (tmp_path / segment(REF, 1)).parent
+    for leftover in folder.iterdir():
+        leftover.unlink()
+    folder.rmdir()  # another process deleting the session, say
+    await store.append_lines(REF, turn(3), first_seq=3)
+    assert parse_transcript(await store.read_transcript(REF)) == turn(3)
