@@ -304,19 +304,35 @@ async def test_an_accepting_gateway_with_a_turn_worker_answers_each_message_once
     assert not Path(f"/proc/{restarted}").exists()
 
 
+def two_worker_gateway(
+    tmp_path: Path, database_url: str, users: tuple[str, ...], processes: list[GatewayProcess]
+) -> GatewayProcess:
+    """A gateway with two turn workers, started."""
+    port = free_port()
+    config = write_config(tmp_path, "gw", port, database_url, "50ms", turn_workers=2, users=users)
+    gateway = GatewayProcess(config, port, tmp_path).start()
+    processes.append(gateway)
+    return gateway
+
+
+def turn_workers_of(gateway: GatewayProcess) -> dict[str, list[int]]:
+    """Each user's turns, by the worker that started them, in order (from the JSON log)."""
+    workers: dict[str, list[int]] = {}
+    for line in gateway.log_text().splitlines():
+        if '"turn.started"' in line:
+            entry = json.loads(line)
+            workers.setdefault(entry["user_id"], []).append(entry["worker"])
+    return workers
+
+
 async def test_two_turn_workers_each_answer_their_own_share_of_the_senders(
     tmp_path: Path, fresh_postgres_url: str, processes: list[GatewayProcess]
 ) -> None:
     """Alice's and Carol's web keys fall in different shares of two workers (`hashtext`,
     computed by PostgreSQL): each is told of and answers its own, none waits for the other's
     poll to take it over."""
-    port = free_port()
     users = ("alice", "carol")
-    config = write_config(
-        tmp_path, "gw", port, fresh_postgres_url, "50ms", turn_workers=2, users=users
-    )
-    gateway = GatewayProcess(config, port, tmp_path).start()
-    processes.append(gateway)
+    gateway = two_worker_gateway(tmp_path, fresh_postgres_url, users, processes)
     async with gateway_client() as client:
         for index in range(6):
             response = await client.post(
@@ -333,12 +349,10 @@ async def test_two_turn_workers_each_answer_their_own_share_of_the_senders(
             return sum(len(feed["messages"]) for feed in feeds) >= 6
 
         await wait_for(answered)
-    workers_of: dict[str, set[int]] = {}
-    for line in gateway.log_text().splitlines():
-        if '"turn.started"' in line:
-            entry = json.loads(line)
-            workers_of.setdefault(entry["user_id"], set()).add(entry["worker"])
-    assert workers_of == {"alice": {0}, "carol": {1}}
+    assert {user: set(workers) for user, workers in turn_workers_of(gateway).items()} == {
+        "alice": {0},
+        "carol": {1},
+    }
 
 
 def worker_pid(parent: int, index: int) -> int:
@@ -356,13 +370,8 @@ async def test_a_hung_workers_senders_are_taken_over_by_another_and_answered_onc
     """Carol's key is worker 1's share (see above). While worker 1 is stopped (alive, so not
     restarted: a hung process), worker 0's poll takes her message once it has waited
     `TAKEOVER_AFTER`; when worker 1 runs again it does not answer it a second time."""
-    port = free_port()
     users = ("alice", "carol")
-    config = write_config(
-        tmp_path, "gw", port, fresh_postgres_url, "50ms", turn_workers=2, users=users
-    )
-    gateway = GatewayProcess(config, port, tmp_path).start()
-    processes.append(gateway)
+    gateway = two_worker_gateway(tmp_path, fresh_postgres_url, users, processes)
     assert gateway.process is not None
     async with gateway_client() as client:
 
@@ -393,12 +402,7 @@ async def test_a_hung_workers_senders_are_taken_over_by_another_and_answered_onc
         await asyncio.sleep(3)  # worker 1 hears of the event again, finds it answered
         assert sorted(await replies_to("carol")) == ["warm-carol", "while-hung"]
     assert waited >= TAKEOVER_AFTER.total_seconds() - 1
-    workers_of: dict[str, list[int]] = {}
-    for line in gateway.log_text().splitlines():
-        if '"turn.started"' in line:
-            entry = json.loads(line)
-            workers_of.setdefault(entry["user_id"], []).append(entry["worker"])
-    assert workers_of == {"alice": [0], "carol": [1, 0]}
+    assert turn_workers_of(gateway) == {"alice": [0], "carol": [1, 0]}
 
 
 async def _has(replies: Awaitable[list[str]], message_id: str) -> bool:
