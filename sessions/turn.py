@@ -157,11 +157,12 @@ class TurnService:
         reply = TurnReply(reply_text, reply_id, outcome, failure, live)
         now = self.clock()
         # A tool turn's records are ORM writes and need a session; a plain turn's write is
-        # driver statements only (on PostgreSQL a lent connection, no session).
+        # driver statements only (on PostgreSQL a lent connection, no session, committed by
+        # its pipeline's end).
         scope = (
             self.database.session()
             if self.calls.records(confirmed, outcome)
-            else self.database.driver_transaction()
+            else self.database.driver_atomic()
         )
         async with scope as db:
             if isinstance(db, AsyncSession):

@@ -143,8 +143,9 @@ async def write_turn(
             error=reply.failure,
         )
         queued = await _send_reply(db, turn, session_id, reply, at=at, lease=reply_lease)
-        await _commit_checked(pipeline, turn.event_id, finished, sent)
-        outbound = None if turn.reply_to.delivered_on_store else await queued.value()
+        await pipeline.commit()
+    await _check(turn.event_id, finished, sent)
+    outbound = None if turn.reply_to.delivered_on_store else await queued.value()
     return sent.first_seq, outbound
 
 
@@ -183,30 +184,32 @@ async def _send_reply(
 
 @asynccontextmanager
 async def _pipelined_write(db: DriverScope, event_id: int) -> AsyncIterator[Pipeline]:
-    """The pipelined block of a turn's writes. A requirement its statements found unmet
-    (PostgreSQL) surfaces at the next statement sent or at the commit: the event answered
-    elsewhere is `TurnSupersededError`. After any statement's error, the answers still queued
-    (aborted) are taken before the block ends, so the session rolls back a clean connection."""
-    async with pipelined(db) as pipeline:
-        try:
-            yield pipeline
-        except StorageError as failed:
-            # A connection that broke fails here too: the session's rollback meets it.
-            with suppress(StorageError):
-                await pipeline.recover()
-            if isinstance(failed, RequirementError) and failed.reason == EVENT_ANSWERED_ELSEWHERE:
-                raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id)) from failed
-            raise
+    """The pipelined block of a turn's writes, committed by `Pipeline.commit` or, in an
+    atomic scope (`Database.driver_atomic`), by the block's end. A requirement its statements
+    found unmet (PostgreSQL) surfaces at the next statement sent, at the commit or at the
+    block's end: the event answered elsewhere is `TurnSupersededError`. After any
+    statement's error, the answers still queued (aborted) are taken before the block ends,
+    so the session rolls back a clean connection."""
+    try:
+        async with pipelined(db) as pipeline:
+            try:
+                yield pipeline
+            except StorageError:
+                # A connection that broke fails here too: the session's rollback meets it.
+                with suppress(StorageError):
+                    await pipeline.recover()
+                raise
+    except RequirementError as failed:
+        if failed.reason == EVENT_ANSWERED_ELSEWHERE:
+            raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id)) from failed
+        raise
 
 
-async def _commit_checked(
-    pipeline: Pipeline, event_id: int, finished: Sent, sent: SentMessages
-) -> None:
-    """Commit a turn's writes if its event was still pending and its session's last number
-    still the one it read: on PostgreSQL the statements check and the `COMMIT` goes with
-    them (`_pipelined_write` maps what they refuse); on SQLite the answers are checked here
-    and the session commits when it ends."""
-    await pipeline.commit()
+async def _check(event_id: int, finished: Sent, sent: SentMessages) -> None:
+    """Whether a turn's writes may stand: its event was still pending and its session's last
+    number still the one it read. On PostgreSQL the statements checked that themselves,
+    before their commit (`_pipelined_write` maps what they refuse), and these answers agree;
+    on SQLite they are checked here, and the session commits when it ends."""
     if not await finished.rows():
         raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id))
     await sent.confirm()

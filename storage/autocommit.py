@@ -7,9 +7,10 @@ the rest the session and the pool's checkout and return (SQLAlchemy's state mach
 and greenlet hops). `AutocommitConnections` keeps a few connections out of the engine's pool
 for good and lends their driver connection (`storage.driver_rows.LentConnection`) for the
 length of a block: about 0.2 CPU-ms a statement. A block of driver statements that must
-commit together (a turn's write) borrows one with a transaction (`lend_transaction`): a
-pipeline of six statements and its commit cost 0.47-0.49 CPU-ms that way against 0.82-0.94
-in a session.
+commit together borrows one with a transaction (`lend_transaction`: a pipeline of six
+statements and its commit cost 0.47-0.49 CPU-ms that way against 0.82-0.94 in a session),
+or, when they all go in one pipeline (a turn's write), stays in autocommit: the statements
+before the pipeline's `Sync` are one implicit transaction (`Database.driver_atomic`).
 
 A connection comes back to the idle list only if it is usable: not broken, not closed, no
 transaction left open, in autocommit. A broken one (a database restart, a terminated

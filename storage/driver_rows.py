@@ -33,55 +33,75 @@ A transaction of such statements whose answers are not needed one by one (the tu
 writes) runs them in a `pipelined` block: `send` queues a statement without waiting for it,
 and the next wait (`rows`, `Sent.rows`, the block's end) sends the queue and reads all the
 answers at once. Waiting for each of a turn's eight round trips cost its event loop about
-0.7-1.3 CPU-ms a message more in two A/B runs (`bench/README.md`).
+0.7-1.3 CPU-ms a message more in two A/B runs (`bench/README.md`). On a `LentConnection`
+lent `atomic` the block is the transaction: in autocommit, the statements before its one
+`Sync` commit together at its end, with no `BEGIN` or `COMMIT` sent; its answers are read
+after it ends.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import re
 import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import aiosqlite
 import psycopg
-from psycopg.types.json import Json
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
+from storage.driver_values import (
+    JsonValue,
+    converted,
+    json_value,
+    numbered,
+    psycopg_sql,
+    psycopg_value,
+    sqlite_value,
+    utc,
+    values_list,
+)
 
-# A string literal (left as it is), or one of SQLAlchemy's `:name` placeholders (not the
-# `::type` casts of PostgreSQL).
-_LITERAL_OR_PLACEHOLDER = re.compile(r"('(?:[^']|'')*')|(?<![:\w]):([A-Za-z_]\w*)")
-# How SQLAlchemy writes a datetime into SQLite (its DATETIME type's storage format), so that
-# the strings compare as the stored ones do.
-_SQLITE_DATETIME = "%Y-%m-%d %H:%M:%S.%f"
-
-
-@functools.lru_cache(maxsize=512)
-def _psycopg_sql(sql: str) -> str:
-    """`sql` with psycopg's `%(name)s` placeholders (and its literal `%` doubled)."""
-    return _LITERAL_OR_PLACEHOLDER.sub(
-        lambda match: match[1] or f"%({match[2]})s", sql.replace("%", "%%")
-    )
+__all__ = [
+    "BINARY_RESULTS",
+    "REQUIREMENT_SQLSTATE",
+    "DriverScope",
+    "JsonValue",
+    "LentConnection",
+    "LentSqlite",
+    "Pipeline",
+    "RequirementError",
+    "Sent",
+    "dialect_of",
+    "driver_error",
+    "json_value",
+    "numbered",
+    "on_sqlite",
+    "pipelined",
+    "required",
+    "rows",
+    "send",
+    "utc",
+    "values_list",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class LentConnection:
     """A PostgreSQL driver connection lent for a statement or a few: in autocommit, each of
     them committing by itself (`Database.statement`), or in one transaction
-    (`Database.driver_transaction`). `info` is what a session's `info` would hold for the
-    writers of indexed rows (the recall embedder, `storage.recall_vectors.embedder_of`)."""
+    (`Database.driver_transaction`), or, `atomic`, all in one `pipelined` block that commits
+    as a whole when it ends (`Database.driver_atomic`). `info` is what a session's `info`
+    would hold for the writers of indexed rows (the recall embedder,
+    `storage.recall_vectors.embedder_of`)."""
 
     raw: psycopg.AsyncConnection[Any]
     info: Mapping[str, Any] = field(default_factory=dict)
+    atomic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,66 +128,6 @@ def dialect_of(scope: DriverScope) -> str:
     return str(scope.get_bind().dialect.name)
 
 
-@dataclass(frozen=True, slots=True)
-class JsonValue:
-    """A value for a JSON column, written as SQLAlchemy's JSON type writes it (`json.dumps`)."""
-
-    value: Any
-
-
-def json_value(column: Any) -> Any:
-    """A JSON column's value as the driver returned it, decoded (psycopg decodes, SQLite
-    returns the stored text)."""
-    return json.loads(column) if isinstance(column, str | bytes) else column
-
-
-def values_list(names: Sequence[str], count: int) -> str:
-    """`count` rows of `:name_i` placeholders for a multi-row `VALUES`, with `numbered`."""
-    return ", ".join(
-        "(" + ", ".join(f":{name}_{row}" for name in names) + ")" for row in range(count)
-    )
-
-
-def numbered(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The parameters of `values_list`: each row's values under `name_i`."""
-    return {
-        f"{name}_{row}": value for row, values in enumerate(rows) for name, value in values.items()
-    }
-
-
-def _psycopg_value(value: Any) -> Any:
-    if isinstance(value, JsonValue):
-        return Json(value.value)
-    if isinstance(value, datetime) and value.tzinfo is None:
-        # psycopg would read it in the connection's time zone: refused, as the ORM's column
-        # type refuses it.
-        raise StorageError("naive datetime given for a UTC timestamp")
-    return value
-
-
-def _sqlite_value(value: Any) -> Any:
-    if isinstance(value, JsonValue):
-        return json.dumps(value.value)
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise StorageError("naive datetime given for a UTC timestamp")
-        return value.astimezone(UTC).strftime(_SQLITE_DATETIME)
-    return value
-
-
-def utc(value: datetime | str) -> datetime:
-    """A timestamp column's value as the driver returned it, aware in UTC (SQLite returns
-    the stored string, PostgreSQL an aware value in the connection's time zone)."""
-    if isinstance(value, str):
-        try:
-            # The stored text is UTC without an offset: parsed with one, in 0.14 µs where
-            # parsing and then `replace(tzinfo=UTC)` took 1 µs (a search reads ~700 rows).
-            return datetime.fromisoformat(value + "+00:00")
-        except ValueError:
-            return datetime.fromisoformat(value).replace(tzinfo=UTC)
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
-
-
 # PostgreSQL sends the rows in its binary format: a row of the recall search's entry columns
 # (integers, strings, a timestamp) loads in about a third of the time of the text format's
 # (200 rows: 0.06-0.09 ms against 0.16-0.21), and a vector's `bytea` arrives as its bytes
@@ -176,10 +136,23 @@ def utc(value: datetime | str) -> datetime:
 # value either way; a type psycopg knows no loader for would arrive as bytes, not str.
 BINARY_RESULTS = True
 
-# The pipeline of the block `pipelined` runs, with the driver connection it belongs to.
-_PIPELINE: ContextVar[tuple[Any, psycopg.AsyncPipeline] | None] = ContextVar(
+
+@dataclass(slots=True)
+class _AtomicBlock:
+    """An atomic `pipelined` block (a `LentConnection.atomic` scope's): whether it has ended,
+    its answers read with the `Sync` that committed it."""
+
+    ended: bool = False
+
+
+# The pipeline of the block `pipelined` runs, with the driver connection it belongs to and,
+# when the block is atomic, its state.
+_PIPELINE: ContextVar[tuple[Any, psycopg.AsyncPipeline, _AtomicBlock | None] | None] = ContextVar(
     "driver_rows_pipeline", default=None
 )
+# The statement an atomic block that fails sends last: its error aborts the implicit
+# transaction, so the `Sync` that ends the block rolls everything back.
+_ABANDON = "SELECT gateway_require(false, 'the block was abandoned before it ended')"
 
 
 # Where a session's `info` keeps its transaction's driver connection (see `_driver`).
@@ -245,40 +218,23 @@ def driver_error(exc: psycopg.Error | sqlite3.Error) -> StorageError:
     return StorageError(f"database error: {lines[0] if lines else type(exc).__name__}")
 
 
-def _converted(found: Sequence[Any], timestamps: Sequence[int]) -> list[tuple[Any, ...]]:
-    if not timestamps:
-        return [tuple(row) for row in found]
-    if len(timestamps) == 1:
-        # The recall search's rows (one timestamp each): built in one go.
-        (at,) = timestamps
-        return [
-            (*row[:at], None if row[at] is None else utc(row[at]), *row[at + 1 :]) for row in found
-        ]
-    converted: list[tuple[Any, ...]] = []
-    for row in found:
-        values = list(row)
-        for position in timestamps:
-            if values[position] is not None:
-                values[position] = utc(values[position])
-        converted.append(tuple(values))
-    return converted
-
-
 @dataclass(frozen=True, slots=True)
 class Pipeline:
     """A `pipelined` block's pipeline (None on SQLite, where the block changes nothing)."""
 
     _pipeline: psycopg.AsyncPipeline | None
     _connection: psycopg.AsyncConnection[Any] | None = None
+    _atomic: _AtomicBlock | None = None
 
     async def commit(self) -> None:
         """Commit the transaction with what is queued, in one round trip (PostgreSQL): the
         block's statements must check what has to hold themselves (`required`), since no
         answer is looked at before the `COMMIT`; an error of any of them aborts the
         transaction and raises here. The session's own commit then has nothing left to do
-        (psycopg sends nothing for an idle connection). On SQLite nothing: the session
-        commits when it ends, after its caller has checked the answers."""
-        if self._pipeline is None or self._connection is None:
+        (psycopg sends nothing for an idle connection). In an atomic block nothing: the
+        block's end commits it (and raises what a statement refused). On SQLite nothing:
+        the session commits when it ends, after its caller has checked the answers."""
+        if self._pipeline is None or self._connection is None or self._atomic is not None:
             return
         try:
             await self._connection.commit()
@@ -286,9 +242,12 @@ class Pipeline:
             raise driver_error(exc) from exc
 
     async def sync(self) -> None:
-        """Send what is queued and wait for all of it (the next wait would)."""
+        """Send what is queued and wait for all of it (the next wait would). Not in an atomic
+        block, whose end is its one wait: a `Sync` inside it would commit half of it."""
         if self._pipeline is None:
             return
+        if self._atomic is not None:
+            raise StorageError("an atomic block is synced only by its end")
         try:
             await self._pipeline.sync()
         except psycopg.Error as exc:
@@ -297,8 +256,9 @@ class Pipeline:
     async def recover(self) -> None:
         """After a statement's error: take the answers of the statements queued behind it
         (aborted, each raising again at the next wait), so the block goes on, or ends,
-        with nothing outstanding. One sync takes them all, a second finds none."""
-        if self._pipeline is None:
+        with nothing outstanding. One sync takes them all, a second finds none. In an atomic
+        block nothing: its end rolls it back and takes them."""
+        if self._pipeline is None or self._atomic is not None:
             return
         with suppress(psycopg.Error):
             await self._pipeline.sync()
@@ -321,15 +281,41 @@ async def pipelined(session: DriverScope) -> AsyncIterator[Pipeline]:
     if sqlite:
         yield Pipeline(None)
         return
+    atomic = _AtomicBlock() if isinstance(session, LentConnection) and session.atomic else None
     try:
         async with raw.pipeline() as pipeline:
-            token = _PIPELINE.set((raw, pipeline))
+            token = _PIPELINE.set((raw, pipeline, atomic))
             try:
-                yield Pipeline(pipeline, raw)
+                yield Pipeline(pipeline, raw, atomic)
+            except BaseException:
+                if atomic is not None:
+                    await _abandon(raw, pipeline)
+                raise
             finally:
                 _PIPELINE.reset(token)
     except psycopg.Error as exc:
         raise driver_error(exc) from exc
+    finally:
+        if atomic is not None:
+            atomic.ended = True
+
+
+async def _abandon(raw: psycopg.AsyncConnection[Any], pipeline: psycopg.AsyncPipeline) -> None:
+    """Roll an atomic block back: the statements it sent wait in the server's implicit
+    transaction, which a `Sync` would commit. A statement that fails is sent first, so the
+    `Sync` rolls them all back (a pipeline that a statement already aborted refuses it:
+    nothing commits then either), and the answers are taken here, so the block ends clean.
+    If that is interrupted (cancelled again), the connection is closed before any `Sync`
+    can follow: the server rolls back what it never saw committed."""
+    try:
+        with suppress(psycopg.Error):
+            await raw.execute(_ABANDON, prepare=False)
+        for _ in range(2):  # the first raises the block's error and stops; the second ends it
+            with suppress(psycopg.Error):
+                await pipeline.sync()
+    except BaseException:
+        raw.pgconn.finish()
+        raise
 
 
 async def on_sqlite(session: DriverScope) -> bool:
@@ -338,13 +324,19 @@ async def on_sqlite(session: DriverScope) -> bool:
     return (await _driver(session))[1]
 
 
-async def _connection(session: DriverScope) -> tuple[Any, bool, psycopg.AsyncPipeline | None]:
-    """The scope's driver connection, whether it is SQLite's, and the pipeline of the
-    `pipelined` block it is in (None outside one)."""
+async def _connection(
+    session: DriverScope,
+) -> tuple[Any, bool, tuple[Any, psycopg.AsyncPipeline, _AtomicBlock | None] | None]:
+    """The scope's driver connection, whether it is SQLite's, and the `pipelined` block it
+    is in (None outside one)."""
     raw, sqlite = await _driver(session)
     active = _PIPELINE.get()
-    pipeline = active[1] if active is not None and not sqlite and active[0] is raw else None
-    return raw, sqlite, pipeline
+    if active is None or sqlite or active[0] is not raw:
+        if isinstance(session, LentConnection) and session.atomic:
+            # On its own the statement would commit by itself.
+            raise StorageError("an atomic scope's statements run in its pipelined block")
+        return raw, sqlite, None
+    return raw, sqlite, active
 
 
 @dataclass(slots=True)
@@ -355,19 +347,23 @@ class Sent:
     _pipeline: psycopg.AsyncPipeline | None
     _found: list[tuple[Any, ...]]
     _timestamps: Sequence[int]
+    _atomic: _AtomicBlock | None = None
 
     async def rows(self) -> list[tuple[Any, ...]]:
         """Its rows, the columns at the positions `timestamps` aware in UTC (in a pipeline,
-        after sending what is queued and waiting for it, unless that was done already)."""
+        after sending what is queued and waiting for it, unless that was done already; in an
+        atomic block, once the block has ended: a wait inside it would commit half of it)."""
         if self._cursor is None:
             return self._found
         try:
             if self._cursor.pgresult is None and self._pipeline is not None:
+                if self._atomic is not None and not self._atomic.ended:
+                    raise StorageError("an atomic block's answers are read after it ends")
                 await self._pipeline.sync()
             found = await self._cursor.fetchall() if self._cursor.description is not None else []
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
-        return _converted(found, self._timestamps)
+        return converted(found, self._timestamps)
 
 
 async def send(
@@ -375,15 +371,16 @@ async def send(
 ) -> Sent:
     """Run `sql` on the session's connection as `rows` does; in a `pipelined` block, without
     waiting for its answer."""
-    raw, sqlite, pipeline = await _connection(session)
-    if pipeline is None:
+    raw, sqlite, block = await _connection(session)
+    if block is None:
         return Sent(None, None, await _execute(raw, sqlite, sql, params, timestamps), timestamps)
+    _, pipeline, atomic = block
     cursor = raw.cursor(binary=BINARY_RESULTS)
     try:
-        await cursor.execute(_psycopg_sql(sql), {k: _psycopg_value(v) for k, v in params.items()})
+        await cursor.execute(psycopg_sql(sql), {k: psycopg_value(v) for k, v in params.items()})
     except psycopg.Error as exc:
         raise driver_error(exc) from exc
-    return Sent(cursor, pipeline, [], timestamps)
+    return Sent(cursor, pipeline, [], timestamps, atomic)
 
 
 async def rows(
@@ -391,8 +388,8 @@ async def rows(
 ) -> list[tuple[Any, ...]]:
     """Run `sql` on the session's connection; its rows as tuples, the columns at the
     positions `timestamps` aware in UTC."""
-    raw, sqlite, pipeline = await _connection(session)
-    if pipeline is not None:
+    raw, sqlite, block = await _connection(session)
+    if block is not None:
         return await (await send(session, sql, params, timestamps=timestamps)).rows()
     return await _execute(raw, sqlite, sql, params, timestamps)
 
@@ -403,15 +400,13 @@ async def _execute(
     try:
         if sqlite:
             # One hop to the connection's thread, not three (execute, fetch, close).
-            found = await raw.execute_fetchall(
-                sql, {k: _sqlite_value(v) for k, v in params.items()}
-            )
+            found = await raw.execute_fetchall(sql, {k: sqlite_value(v) for k, v in params.items()})
         else:
             async with raw.cursor(binary=BINARY_RESULTS) as cursor:
                 await cursor.execute(
-                    _psycopg_sql(sql), {k: _psycopg_value(v) for k, v in params.items()}
+                    psycopg_sql(sql), {k: psycopg_value(v) for k, v in params.items()}
                 )
                 found = await cursor.fetchall() if cursor.description is not None else []
     except (psycopg.Error, sqlite3.Error) as exc:
         raise driver_error(exc) from exc
-    return _converted(found, timestamps)
+    return converted(found, timestamps)

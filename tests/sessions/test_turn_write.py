@@ -1,6 +1,6 @@
 """A turn's write (`sessions.turn.TurnService.answer`): committed when its event was still
 pending and its session's last number the one it read, nothing of it otherwise; on
-PostgreSQL the statements check that themselves and go with their COMMIT in one round trip."""
+PostgreSQL the statements check that themselves and commit together in one round trip."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 
 from errors import StorageError
 from gateway.runtime import open_engine
@@ -171,28 +171,45 @@ async def test_a_turn_whose_session_moved_on_writes_nothing(
         assert pending.status == "pending"
 
 
-async def test_on_postgresql_the_write_goes_with_its_commit(
+async def test_on_postgresql_the_write_is_one_transaction_with_no_begin_or_commit(
     database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if database.is_sqlite:
         pytest.skip("SQLite checks the answers before its session commits")
     turns = service(database, tmp_path)
-    # Every commit psycopg is asked for: whether a pipeline was open, and whether there was a
-    # transaction to commit (an idle connection's commit sends nothing).
-    commits: list[tuple[bool, bool]] = []
+    # Every commit psycopg is asked for with a transaction open, and whether in a pipeline.
+    commits: list[bool] = []
     commit = psycopg.AsyncConnection.commit
 
     async def recorded(connection: psycopg.AsyncConnection[Any]) -> None:
-        idle = connection.pgconn.transaction_status == TransactionStatus.IDLE
-        commits.append((connection._pipeline is not None, not idle))
+        if connection.pgconn.transaction_status != TransactionStatus.IDLE:
+            commits.append(connection._pipeline is not None)
         await commit(connection)
 
     monkeypatch.setattr(psycopg.AsyncConnection, "commit", recorded)
-    await turns.answer(turn(await event(database, "m1"), "m1"))
-    # The write (the turn's last transaction) committed inside its pipeline; the session's
-    # commit after it found nothing to send.
-    assert commits[-2:] == [(True, True), (False, False)]
+    event_id = await event(database, "m1")
+    answered = await turns.answer(turn(event_id, "m1"))
+    # The write sent no COMMIT (a session's transaction before it, routing the message to a
+    # new session, did): its statements were one implicit transaction, ended by the Sync.
+    assert True not in commits
     assert await counts(database) == (2, 1, 2)
+    # One transaction wrote the messages, their vectors, the event's finish, the reply and
+    # the session's counters: every row carries its id.
+    async with database.session() as db:
+        written = [
+            (await db.execute(text(f"SELECT DISTINCT xmin::text FROM {table} WHERE {where}")))
+            .scalars()
+            .all()
+            for table, where in (
+                ("session_messages", "true"),
+                ("recall_vectors", "true"),
+                ("outbound_messages", "true"),
+                ("inbound_events", f"id = {event_id}"),
+                ("sessions", f"id = '{answered.session_id}'"),
+            )
+        ]
+    assert all(len(ids) == 1 for ids in written), written
+    assert len({ids[0] for ids in written}) == 1, written
 
 
 async def test_a_requirement_aborts_the_transaction(database: Database) -> None:

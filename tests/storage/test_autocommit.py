@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from errors import StorageError
 from storage import driver_rows
@@ -241,3 +242,104 @@ async def test_on_sqlite_a_driver_reading_has_a_connection_of_its_own_beside_the
             assert await driver_rows.rows(scope, "SELECT 1", {}) == [(1,)]
     finally:
         await in_memory.dispose()
+
+
+async def atomic_then_fail(database: Database, body: str, *, failure: BaseException) -> None:
+    """Two notes sent in an atomic block, then `failure` raised inside it."""
+    async with database.driver_atomic() as scope, driver_rows.pipelined(scope):
+        await driver_rows.send(scope, "INSERT INTO notes VALUES (:body)", {"body": body})
+        await driver_rows.send(scope, "INSERT INTO notes VALUES (:body)", {"body": body + "+"})
+        raise failure
+
+
+async def test_a_driver_atomic_block_commits_at_its_end_with_no_begin_or_commit(
+    database: Database,
+) -> None:
+    async with database.session() as db:
+        await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
+    lent = await backend_pid(database)
+
+    async with database.driver_atomic() as scope:
+        assert isinstance(scope, driver_rows.LentConnection)
+        assert scope.raw.autocommit  # no BEGIN is sent, so no COMMIT is needed
+        async with driver_rows.pipelined(scope) as pipeline:
+            pid = await driver_rows.send(scope, "SELECT pg_backend_pid()", {})
+            one = await driver_rows.send(
+                scope, "INSERT INTO notes VALUES ('one') RETURNING body", {}
+            )
+            await driver_rows.send(scope, "INSERT INTO notes VALUES ('two')", {})
+            await pipeline.commit()  # nothing: the block's end commits
+            # Its statements have run in the server, not committed until the block ends.
+            assert await notes(database) == []
+        # The answers, read once the block has ended.
+        assert await pid.rows() == [(lent,)]
+        assert await one.rows() == [("one",)]
+    assert await notes(database) == ["one", "two"]
+
+
+async def test_a_driver_atomic_block_fails_whole_and_leaves_its_connection_clean(
+    database: Database,
+) -> None:
+    async with database.session() as db:
+        await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
+    lent = await backend_pid(database)
+
+    # A statement the table refuses: the block's end raises it, nothing commits.
+    async def refused() -> None:
+        async with database.driver_atomic() as scope, driver_rows.pipelined(scope):
+            await driver_rows.send(scope, "INSERT INTO notes VALUES ('one')", {})
+            await driver_rows.send(scope, "INSERT INTO notes VALUES (NULL)", {})
+            await driver_rows.send(scope, "INSERT INTO notes VALUES ('two')", {})
+
+    with pytest.raises(StorageError, match="null value"):
+        await refused()
+    # An error of the block's own code, after its statements ran: the Sync would commit them.
+    with pytest.raises(RuntimeError, match="not a database error"):
+        await atomic_then_fail(database, "three", failure=RuntimeError("not a database error"))
+
+    # Cancelled while waiting inside the block, after its statements ran.
+    async def cancelled() -> None:
+        await atomic_then_fail(database, "four", failure=asyncio.CancelledError())
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.create_task(cancelled())
+
+    # Reading an answer inside the block would send a Sync, committing half of it: refused.
+    async def read_inside() -> None:
+        async with database.driver_atomic() as scope, driver_rows.pipelined(scope):
+            sent = await driver_rows.send(scope, "INSERT INTO notes VALUES ('five')", {})
+            await sent.rows()
+
+    with pytest.raises(StorageError, match="after it ends"):
+        await read_inside()
+
+    # So is a statement outside the block, which would commit by itself.
+    async def outside() -> None:
+        async with database.driver_atomic() as scope:
+            await driver_rows.rows(scope, "INSERT INTO notes VALUES ('six')", {})
+
+    with pytest.raises(StorageError, match="pipelined block"):
+        await outside()
+    assert await notes(database) == []
+
+    # The same connection, kept: back in autocommit with no transaction left open.
+    async with database.statement(writes=True) as scope:
+        ((pid,),) = await driver_rows.rows(scope, "SELECT pg_backend_pid()", {})
+        await driver_rows.rows(scope, "INSERT INTO notes VALUES ('seven')", {})
+    assert pid == lent
+    assert await notes(database) == ["seven"]
+
+
+async def test_on_sqlite_a_driver_atomic_block_is_a_session(tmp_path: Path) -> None:
+    database = Database(f"sqlite+aiosqlite:///{tmp_path}/gateway.db")
+    try:
+        async with database.session() as db:
+            await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
+        with pytest.raises(RuntimeError):
+            await atomic_then_fail(database, "one", failure=RuntimeError("not a database error"))
+        async with database.driver_atomic() as scope, driver_rows.pipelined(scope):
+            assert isinstance(scope, AsyncSession)
+            await driver_rows.send(scope, "INSERT INTO notes VALUES ('two')", {})
+        assert await notes(database) == ["two"]
+    finally:
+        await database.dispose()

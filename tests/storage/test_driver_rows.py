@@ -13,22 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from errors import StorageError
 from storage import driver_rows
 from storage.database import Database
-from storage.driver_rows import (
-    JsonValue,
-    _psycopg_sql,
-    json_value,
-    numbered,
-    pipelined,
-    rows,
-    send,
-    values_list,
-)
+from storage.driver_rows import JsonValue, json_value, numbered, pipelined, rows, send, values_list
+from storage.driver_values import psycopg_sql
 from storage.models import InboundEvent, Organization
 
 
 def test_placeholders_become_psycopg_ones_and_casts_and_percents_stay() -> None:
     sql = "SELECT 'a%b', x::text, CAST(:ids AS bigint[]) WHERE y = :y_1 AND z ~ ':not'"
-    assert _psycopg_sql(sql) == (
+    assert psycopg_sql(sql) == (
         "SELECT 'a%%b', x::text, CAST(%(ids)s AS bigint[]) WHERE y = %(y_1)s AND z ~ ':not'"
     )
 
