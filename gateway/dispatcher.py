@@ -313,8 +313,12 @@ class Dispatcher:
             if first is not None:
                 events, first = await first.events(), None
             else:
-                async with self.database.statement(writes=False) as scope, pipelined(scope):
-                    events = await (await send_queue_read(scope, user.user_id, keys)).events()
+                async with self.database.statement(writes=False) as scope:
+                    async with pipelined(scope):
+                        read = await send_queue_read(scope, user.user_id, keys)
+                    # Read once the block has ended: its end waited for the answers (a wait
+                    # inside it would be a round trip of its own, before the end's).
+                    events = await read.events()
             if not events:
                 return
             for event in events:

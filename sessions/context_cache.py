@@ -206,12 +206,12 @@ class MemoryCache:
         cached = self._entries.get(user_id)
         if cached is None:
             changes = self._changes
-            async with pipelined(db):  # one round trip for both
+            async with pipelined(db):  # one round trip for both: the block's end
                 facts = await send_fact_texts(db, user_id, limit=self.max_facts)
                 summaries = await send_recent_summaries(
                     db, user_id, since=self.retention.cutoff(now), limit=self.max_summaries
                 )
-                fact_rows, summary_rows = await facts.rows(), await summaries.rows()
+            fact_rows, summary_rows = await facts.rows(), await summaries.rows()
             cached = UserMemory(
                 tuple(fact for (fact,) in reversed(fact_rows)),
                 tuple(SessionSummary(*row) for row in summary_rows),

@@ -284,31 +284,39 @@ async def _execute(connection: AsyncConnection, calls: list[LockCall]) -> list[L
     params = {"numbers": [call.number for call in calls], "takes": [call.take for call in calls]}
     reads = [(position, call.first) for position, call in enumerate(calls) if call.first]
     if not reads:
-        cursor = await raw.execute(LOCK_CALLS, params, prepare=True)
-        return [LockAnswer(bool(done)) for (done,) in await cursor.fetchall()]
+        alone = await raw.execute(LOCK_CALLS, params, prepare=True)
+        return [LockAnswer(bool(done)) for (done,) in await alone.fetchall()]
     # Reads are sent for every take, before knowing which were taken: one whose take failed
     # is dropped (reading cost the server a statement; waiting for the takes, a round trip).
     # Session-level advisory locks ignore transactions: a read that fails aborts the rest of
     # the round trip's implicit transaction, never the locks taken or released in it.
     scope = LentConnection(raw)
     sent: dict[int, Any] = {}
-    async with driver_rows.pipelined(scope) as pipeline:
-        cursor = await raw.execute(LOCK_CALLS, params, prepare=True)
-        try:
-            for position, first in reads:
-                sent[position] = await first(scope)
-            await pipeline.sync()
-        except StorageError as exc:
-            # A statement's error surfaces at the first send or sync after its answer came
-            # in; the statements queued behind it were not run.
-            await pipeline.recover()
-            if cursor.pgresult is None:
-                raise  # the lock statement's own failure
-            # A read failed: its holder, and the holders of the other reads sent with it,
-            # read by themselves.
-            log.warning("turn_lock.first_read_failed", error=str(exc))
-            sent.clear()
-        done = [bool(value) for (value,) in await cursor.fetchall()]
+    failed: StorageError | None = None
+    cursor: psycopg.AsyncCursor[Any] | None = None
+    try:
+        async with driver_rows.pipelined(scope) as pipeline:
+            cursor = await raw.execute(LOCK_CALLS, params, prepare=True)
+            try:
+                for position, first in reads:
+                    sent[position] = await first(scope)
+            except StorageError as exc:
+                # A statement's error surfaces at the first send after its answer came in
+                # (or at the block's end, which waits for all of them: the one round trip);
+                # the statements queued behind it were not run.
+                await pipeline.recover()
+                failed = exc
+    except StorageError as exc:
+        failed = exc
+    if failed is not None:
+        if cursor is None or cursor.pgresult is None:
+            raise failed  # the lock statement's own failure
+        # A read failed: its holder, and the holders of the other reads sent with it, read
+        # by themselves.
+        log.warning("turn_lock.first_read_failed", error=str(failed))
+        sent.clear()
+    assert cursor is not None  # sent first, or the block raised above
+    done = [bool(value) for (value,) in await cursor.fetchall()]
     return [
         LockAnswer(taken, sent.get(position) if taken else None)
         for position, taken in enumerate(done)
