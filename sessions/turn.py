@@ -49,8 +49,6 @@ from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.routing import (
     Route,
     RoutingPolicy,
-    Unrouted,
-    create_session,
     find_unchanged,
     resolve_session,
     route_current,
@@ -239,10 +237,9 @@ class TurnService:
 
         Most messages continue a session as it stands: routed and read without a transaction
         (PostgreSQL) or a write lock (SQLite), by the current sessions the dispatcher read
-        with the queue when the message names no thread and answers nothing. A user's first
-        session (none to continue, archive or reactivate) is one INSERT, committed by itself,
-        and read the same way. Routing that changes more (a session archived or reactivated,
-        or one the message refers to) runs in a transaction, with the reads.
+        with the queue when the message names no thread and answers nothing. Routing that
+        changes something (a session created, archived or reactivated) runs in one, with the
+        reads.
         """
         arrival = turn.arrival
         found = None
@@ -263,14 +260,6 @@ class TurnService:
             # Searched before the routing transaction: on SQLite a second transaction inside
             # it would wait for its write lock.
             referenced = await self.find_referenced(arrival.user_id, turn.text)
-        if referenced is None and isinstance(found, Unrouted) and found.fresh:
-            # Only this user's turns create their sessions, one at a time under their lock.
-            async with self.database.statement(writes=True) as scope:
-                route = await create_session(
-                    scope, arrival, self.routing, now=now, thread_taken=found.thread_taken
-                )
-            async with self.database.lookups() as db:
-                return route, await self._read(db, route, turn, now=now)
         async with self.database.session() as db:
             route = await resolve_session(
                 db, arrival, self.routing, now=now, referenced=referenced, unrouted=found

@@ -132,7 +132,8 @@ _INSERT = """INSERT INTO sessions (id, user_id, org_id, scope_channel, status, c
     assistant_message_count, input_tokens, output_tokens, context_tokens, compaction_count,
     last_seq, topic_summary, topics, skills_activated)
     VALUES (:id, :user_id, :org_id, :scope_channel, :status, :at, :at, :at, :at, 0, 0, 0, 0, 0,
-    0, 0, 0, '', :empty, :empty)"""
+    0, 0, 0, '', :empty, :empty)
+    RETURNING """ + OTHERS_INDEXED.format(user=":user_id", session=":id")  # noqa: S608 (constants)
 
 
 async def insert_session(
@@ -143,11 +144,12 @@ async def insert_session(
     scope_channel: str | None = None,
     at: datetime,
 ) -> SessionState:
-    """Start a new active session for the user, current from `at`; its state (whether the
-    user has recall entries of other sessions is left unread: None)."""
+    """Start a new active session for the user, current from `at`; its state, with whether
+    the user has recall entries of other sessions, asked by the same statement (the turn's
+    recall then needs no statement of its own to know)."""
     session_id = new_session_id()
     status = SessionStatus.ACTIVE.value
-    await driver_rows.rows(
+    ((others,),) = await driver_rows.rows(
         scope,
         _INSERT,
         {
@@ -160,7 +162,7 @@ async def insert_session(
             "empty": driver_rows.JsonValue([]),
         },
     )
-    return SessionState(session_id, user_id, org_id, status, at, at, 0, 0)
+    return SessionState(session_id, user_id, org_id, status, at, at, 0, 0, bool(others))
 
 
 def _state(row: Sequence[Any]) -> SessionState:

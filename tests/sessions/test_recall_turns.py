@@ -24,7 +24,7 @@ from storage.database import Database
 from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_entries import TURN
 from storage.recall_index import RecallIndexReads, RecallIndexRepository
-from storage.repositories.session_state import read_state
+from storage.repositories.session_state import insert_session, read_state
 from tests.sessions.test_recall import T0, conversation
 from tests.statements import recorded_statements
 
@@ -120,6 +120,35 @@ async def test_a_state_without_the_answer_is_looked_up_in_the_reading_transactio
         reads = await quiet.read_context(db, replace(state, others_indexed=None))
     assert reads.exclusions.others_indexed is None
     assert len(lookups) == 2
+
+
+async def test_a_new_sessions_insert_says_whether_the_user_has_entries_elsewhere(
+    database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The INSERT of a new session returns the answer, so the turn's context reads and its
+    search look nothing up for it."""
+    await conversation(database, [("Alice", "Acme invoice number 7 was paid.")])
+    await conversation(database, [("Bob", "Hello.")], user_id="bob")
+    async with database.session() as db:
+        await db.execute(text("DELETE FROM recall_entries WHERE user_id = 'bob'"))
+    looked_up: list[str] = []
+    original = RecallIndexRepository.has_entries_outside
+
+    async def counted(self: RecallIndexRepository, user_id: str, session_id: str) -> bool:
+        looked_up.append(user_id)
+        return await original(self, user_id, session_id)
+
+    monkeypatch.setattr(RecallIndexRepository, "has_entries_outside", counted)
+    subject = engine(database, tmp_path, RecallSettings(auto_hits=3))
+    for user_id, expected in (("alice", True), ("bob", False)):
+        async with database.statement(writes=True) as scope:
+            state = await insert_session(scope, user_id, "acme", at=T0 + timedelta(days=1))
+        assert state.others_indexed is expected
+        async with database.lookups() as db:
+            reads = await subject.read_context(db, state)
+        assert reads.exclusions.others_indexed is expected
+        await subject.with_earlier(reads)
+    assert looked_up == []
 
 
 async def test_a_turn_gets_passages_from_earlier_conversations_within_the_cap(

@@ -94,32 +94,6 @@ async def counts(database: Database) -> tuple[int, int, int]:
     return int(messages or 0), int(replies or 0), int(counted or 0)
 
 
-async def test_a_first_session_is_one_statement_with_no_transaction_before_the_model(
-    database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    turns = service(database, tmp_path)
-    event_id = await event(database, "m1")
-    opened: list[str] = []
-    session = database.session
-
-    def counted() -> Any:
-        opened.append("session")
-        return session()
-
-    at_the_model: list[int] = []
-
-    async def note() -> None:
-        at_the_model.append(len(opened))
-
-    monkeypatch.setattr(database, "session", counted)
-    while_answering(turns, monkeypatch, note)
-    answered = await turns.answer(turn(event_id, "m1"))
-    # Routed to a new session, created and read without a session's transaction.
-    assert at_the_model == [0]
-    assert answered.first_seq == 1
-    assert await counts(database) == (2, 1, 2)
-
-
 async def test_a_turn_is_written_with_its_reply_and_its_event_finished(
     database: Database, tmp_path: Path
 ) -> None:
