@@ -147,6 +147,14 @@ async def test_on_sqlite_the_scope_is_a_session(tmp_path: Path) -> None:
         await database.dispose()
 
 
+async def notes_table(database: Database) -> int:
+    """Create the table of notes; the process id of the connection the next block is lent
+    (on SQLite, 0)."""
+    async with database.session() as db:
+        await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
+    return 0 if database.is_sqlite else await backend_pid(database)
+
+
 async def notes(database: Database) -> list[str]:
     async with database.statement(writes=False) as scope:
         return [body for (body,) in await driver_rows.rows(scope, "SELECT body FROM notes", {})]
@@ -164,9 +172,7 @@ async def write_then_fail(database: Database, body: str, *, failure: Exception |
 async def test_a_driver_transaction_commits_together_or_not_at_all_on_a_lent_connection(
     database: Database,
 ) -> None:
-    async with database.session() as db:
-        await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
-    lent = await backend_pid(database)
+    lent = await notes_table(database)
 
     async with database.driver_transaction() as scope:
         assert isinstance(scope, driver_rows.LentConnection)
@@ -197,8 +203,7 @@ async def test_a_driver_transaction_commits_together_or_not_at_all_on_a_lent_con
 async def test_on_sqlite_a_driver_transaction_is_a_session(tmp_path: Path) -> None:
     database = Database(f"sqlite+aiosqlite:///{tmp_path}/gateway.db")
     try:
-        async with database.session() as db:
-            await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
+        await notes_table(database)
         with pytest.raises(StorageError):
             await write_then_fail(database, "one", failure=None)
         async with database.driver_transaction() as scope:
@@ -255,9 +260,7 @@ async def atomic_then_fail(database: Database, body: str, *, failure: BaseExcept
 async def test_a_driver_atomic_block_commits_at_its_end_with_no_begin_or_commit(
     database: Database,
 ) -> None:
-    async with database.session() as db:
-        await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
-    lent = await backend_pid(database)
+    lent = await notes_table(database)
 
     async with database.driver_atomic() as scope:
         assert isinstance(scope, driver_rows.LentConnection)
@@ -280,9 +283,7 @@ async def test_a_driver_atomic_block_commits_at_its_end_with_no_begin_or_commit(
 async def test_a_driver_atomic_block_fails_whole_and_leaves_its_connection_clean(
     database: Database,
 ) -> None:
-    async with database.session() as db:
-        await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
-    lent = await backend_pid(database)
+    lent = await notes_table(database)
 
     # A statement the table refuses: the block's end raises it, nothing commits.
     async def refused() -> None:
@@ -333,8 +334,7 @@ async def test_a_driver_atomic_block_fails_whole_and_leaves_its_connection_clean
 async def test_on_sqlite_a_driver_atomic_block_is_a_session(tmp_path: Path) -> None:
     database = Database(f"sqlite+aiosqlite:///{tmp_path}/gateway.db")
     try:
-        async with database.session() as db:
-            await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
+        await notes_table(database)
         with pytest.raises(RuntimeError):
             await atomic_then_fail(database, "one", failure=RuntimeError("not a database error"))
         async with database.driver_atomic() as scope, driver_rows.pipelined(scope):
