@@ -26,7 +26,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from primitives.bounded_cache import BoundedCache
 from sessions.lifecycle import transition
 from storage.database import Database
-from storage.driver_rows import DriverScope
 from storage.models import Session, SessionStatus
 from storage.repositories.outbox import OutboxRepository
 from storage.repositories.session_state import (
@@ -153,8 +152,8 @@ async def resolve_session(
     if isinstance(found, Route):
         return found
     thread_taken = found.thread_taken
+    scope_channel = arrival.channel_type if policy.scope == "channel" else None
     if referenced is not None:
-        scope_channel = arrival.channel_type if policy.scope == "channel" else None
         candidate = await SessionRepository(session).get(referenced, for_update=True)
         if (
             candidate is not None
@@ -169,22 +168,8 @@ async def resolve_session(
             return Route(
                 SessionState.of(candidate), "reference", reactivated=True, thread_taken=thread_taken
             )
-    return await create_session(session, arrival, policy, now=now, thread_taken=thread_taken)
-
-
-async def create_session(
-    scope: DriverScope,
-    arrival: Arrival,
-    policy: RoutingPolicy,
-    *,
-    now: datetime,
-    thread_taken: bool,
-) -> Route:
-    """A new session for the message, current from `now` (one statement: the caller knows
-    there is none to continue, archive or reactivate)."""
-    scope_channel = arrival.channel_type if policy.scope == "channel" else None
     created = await insert_session(
-        scope, arrival.user_id, arrival.org_id, scope_channel=scope_channel, at=now
+        session, arrival.user_id, arrival.org_id, scope_channel=scope_channel, at=now
     )
     log.info("session.created", session_id=created.id, user_id=arrival.user_id)
     return Route(created, "new", thread_taken=thread_taken)

@@ -238,8 +238,8 @@ class Database:
         commit together when it ends, or not at all (an error in the block or of any
         statement). On PostgreSQL a lent autocommit connection: the statements before the
         pipeline's one `Sync` are a single implicit transaction, so no `BEGIN` or `COMMIT`
-        goes with them (a turn's write of six statements cost 0.61-0.69 CPU-ms on the client
-        and 0.33-0.37 on the server that way in a transaction, 0.39-0.41 and 0.25-0.27
+        goes with them (a turn's write of six statements cost 0.60-0.69 CPU-ms on the client
+        and 0.31-0.37 on the server that way in a transaction, 0.39-0.41 and 0.25-0.27
         without, `bench/README.md`). On SQLite, or without lent connections, `session`."""
         if self._lent is None:
             async with self.session() as session:

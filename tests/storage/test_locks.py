@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 
+import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -269,9 +270,18 @@ async def dividing_by_zero(scope: LentConnection) -> driver_rows.Sent:
 
 
 async def test_a_first_read_goes_with_its_take_on_the_lock_connection(
-    databases: tuple[Database, Database],
+    databases: tuple[Database, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one, other = PostgresTurnLocks(databases[0]), PostgresTurnLocks(databases[1])
+    # The pipeline's end is its one wait: no Sync of its own before it (a round trip more).
+    syncs: list[object] = []
+    sync = psycopg.AsyncPipeline.sync
+
+    async def counted(pipeline: psycopg.AsyncPipeline) -> None:
+        syncs.append(pipeline)
+        await sync(pipeline)
+
+    monkeypatch.setattr(psycopg.AsyncPipeline, "sync", counted)
     with lock_statements(databases[0]) as statements:
         async with one.hold_reading("user:alice", backend_pid) as alice:
             assert alice
@@ -286,11 +296,12 @@ async def test_a_first_read_goes_with_its_take_on_the_lock_connection(
                 assert not elsewhere
                 assert elsewhere.first is None  # sent, then dropped: the key is not this one's
     assert statements == ["take", "release"]
+    assert syncs == []
     await one.close()
     await other.close()
 
 
-@pytest.mark.parametrize("surfacing", ["at the sync", "at the next read's send"])
+@pytest.mark.parametrize("surfacing", ["at the block's end", "at the next read's send"])
 async def test_a_failed_first_read_leaves_the_locks_of_its_round_trip_held(
     databases: tuple[Database, Database], surfacing: str
 ) -> None:
@@ -298,7 +309,7 @@ async def test_a_failed_first_read_leaves_the_locks_of_its_round_trip_held(
 
     async def refused(scope: LentConnection) -> driver_rows.Sent:
         sent = await dividing_by_zero(scope)
-        if surfacing != "at the sync":
+        if surfacing != "at the block's end":
             await asyncio.sleep(0.3)  # the error comes in before the next read is sent
         return sent
 
