@@ -307,12 +307,29 @@ async def test_an_accepting_gateway_with_a_turn_worker_answers_each_message_once
 def two_worker_gateway(
     tmp_path: Path, database_url: str, users: tuple[str, ...], processes: list[GatewayProcess]
 ) -> GatewayProcess:
-    """A gateway with two turn workers, started."""
+    """A gateway with two turn workers, started, both of them ready.
+
+    A worker ready late (each imports for seconds, longer while other tests compete for the
+    CPU) would find its share's events already waited `TAKEOVER_AFTER` and taken over by the
+    other: right of the gateway, not what these tests look at."""
     port = free_port()
     config = write_config(tmp_path, "gw", port, database_url, "50ms", turn_workers=2, users=users)
     gateway = GatewayProcess(config, port, tmp_path).start()
     processes.append(gateway)
+    deadline = time.monotonic() + START_SECONDS
+    while ready_workers(gateway) != {0, 1}:
+        assert time.monotonic() < deadline, f"workers not ready:\n{gateway.log_text()}"
+        time.sleep(0.1)
     return gateway
+
+
+def ready_workers(gateway: GatewayProcess) -> set[int]:
+    """The turn workers that have said they are ready (from the JSON log)."""
+    return {
+        json.loads(line)["worker"]
+        for line in gateway.log_text().splitlines()
+        if '"workers.ready"' in line
+    }
 
 
 def turn_workers_of(gateway: GatewayProcess) -> dict[str, list[int]]:
