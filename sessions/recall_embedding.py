@@ -130,8 +130,14 @@ def distill_table(files: ModelFiles, *, threads: int = 2) -> Vectors:
 # character that is neither as punctuation).
 _PLAIN_TEXT = re.compile(r"[\t\n\r\x20-\x7e]*")
 _PIECES = re.compile(r"[a-z0-9]+|[!-/:-@\[-`{-~]")
+# Whitespace the normaliser keeps as a space and the pre-tokenizer splits on: text is
+# tokenized chunk by chunk between its runs exactly as it is whole (no normalising step looks
+# past a space, and the only cut, at `_MAX_TOKENS`, is made after the chunks are joined).
+_SPACES = re.compile(r"[ \t\n\r]+")
+_PRINTABLE = re.compile(r"[\x21-\x7e]+")
 KNOWN_WORDS = 200_000
 """Words whose token ids an embedder remembers (about 100 bytes each)."""
+_KNOWN_CHARS = 100  # a longer piece is tokenized every time: its key would cost its length
 
 
 class StaticEmbedder:
@@ -148,22 +154,30 @@ class StaticEmbedder:
         """The text's token ids, as the tokenizer gives them (without special tokens, at
         most `_MAX_TOKENS`).
 
-        WordPiece splits each word on its own, so the ids of a plain-ASCII text are those of
-        its words, and each word's are remembered (`KNOWN_WORDS`): a call into the tokenizer
-        costs 0.04 ms warm but about 0.5 ms in a turn, whose other work has pushed its tables
-        out of the CPU's caches (measured in `bench/context.py`'s assembly). Other text goes
-        to the tokenizer whole.
+        WordPiece splits each word on its own, so the ids of a text are those of its words,
+        and each word's are remembered (`KNOWN_WORDS`): a call into the tokenizer costs 0.04
+        ms warm but about 0.5 ms in a turn, whose other work has pushed its tables out of the
+        CPU's caches (measured in `bench/context.py`'s assembly). A plain-ASCII word is split
+        here into the tokenizer's pieces; a chunk with any other character (an accent, a
+        curly quote, an emoji, a control character) goes to the tokenizer as a whole, once,
+        and is remembered as one piece: a text is not sent whole for one such character.
         """
-        if not _PLAIN_TEXT.fullmatch(text):
-            ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
-            return ids
+        if _PLAIN_TEXT.fullmatch(text):
+            pieces = _PIECES.findall(text.lower())
+        else:
+            pieces = []
+            for chunk in _SPACES.split(text):
+                if _PRINTABLE.fullmatch(chunk):
+                    pieces += _PIECES.findall(chunk.lower())
+                elif chunk:
+                    pieces.append(chunk)
         words = self._words
         found: list[int] = []
-        for piece in _PIECES.findall(text.lower()):
+        for piece in pieces:
             known = words.get(piece)
             if known is None:
                 known = tuple(self._tokenizer.encode(piece, add_special_tokens=False).ids)
-                if len(words) < KNOWN_WORDS:
+                if len(words) < KNOWN_WORDS and len(piece) <= _KNOWN_CHARS:
                     words[piece] = known
             found.extend(known)
             if len(found) >= _MAX_TOKENS:
