@@ -37,8 +37,14 @@ class ChannelAdapter(Protocol):
 
     channel_type: ChannelType
 
+    async def open(self) -> None:
+        """Open what sending needs (connection pools), in every process that sends: the one
+        that accepts and each turn worker (called once, before `start`)."""
+        ...
+
     async def start(self) -> None:
-        """Open listeners and check credentials (called once, before the server accepts)."""
+        """Open listeners and check credentials, in the process that accepts (called once,
+        after `open`, before the server accepts)."""
         ...
 
     async def stop(self) -> None:

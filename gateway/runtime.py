@@ -234,8 +234,10 @@ class GatewayRuntime:
         try:
             if runtime.toolbox is not None:
                 await runtime.toolbox.start()
-            if role != "turns":
-                for adapter in runtime.adapters.values():
+            for adapter in runtime.adapters.values():
+                # A turn worker sends replies but accepts nothing: it opens what sending needs.
+                await adapter.open()
+                if role != "turns":
                     await adapter.start()
         except BaseException:
             await runtime.close()

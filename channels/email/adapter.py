@@ -122,6 +122,9 @@ class EmailChannel:
 
     # --- server lifecycle -------------------------------------------------------------
 
+    async def open(self) -> None:
+        """Nothing to open: each reply is one SMTP session with the relay (or one file)."""
+
     async def start(self) -> None:
         """Listen on ``listen_host:listen_port`` in the running event loop."""
         if self._server is not None:

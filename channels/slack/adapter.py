@@ -144,21 +144,28 @@ class SlackChannel:
         self.app.event(re.compile(r".+"))(self.inbound.on_event)
         self.app.shortcut(SHORTCUT_CALLBACK_ID)(self.inbound.on_shortcut)
 
+    async def open(self) -> None:
+        """Open the Web API's connection pool (once): one for every Web API call, in the
+        process that accepts and in each turn worker. Without a session of its own the SDK
+        opens (and closes) a connection, with its TLS handshake, for each call."""
+        if self.client.session is None:
+            timeout = aiohttp.ClientTimeout(total=self.client.timeout)
+            self.client.session = aiohttp.ClientSession(timeout=timeout)
+
     async def start(self) -> None:
-        """Open the Web API's connection pool, check the bot token (`auth.test`) and, in socket
-        mode, connect.
+        """Open the connection pool if `open` has not, check the bot token (`auth.test`) and,
+        in socket mode, connect.
 
         A token Slack refuses stops the start-up (`ChannelAuthError`); an unreachable Slack
         only logs a warning, since inbound events carry the bot's user id anyway.
         """
-        # One connection pool for every Web API call: without a session of its own the SDK
-        # opens (and closes) a connection, with its TLS handshake, for each call.
-        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.client.timeout))
-        self.client.session = session
+        await self.open()
         try:
             await self._connect()
         except BaseException:
-            await session.close()  # a failed start is not stopped
+            session, self.client.session = self.client.session, None
+            if session is not None:
+                await session.close()  # a failed start is not stopped
             raise
 
     async def _connect(self) -> None:

@@ -208,6 +208,9 @@ class TeamsChannel:
         the user reads."""
         return await self._files.fetch(attachment, max_bytes=max_bytes)
 
+    async def open(self) -> None:
+        """Nothing to open: the connector's clients are opened per service URL and kept."""
+
     async def start(self) -> None:
         """Nothing to open: activities arrive on the HTTP route."""
 

@@ -122,6 +122,9 @@ class WebChannel:
         self.file_limits = file_limits
         self._page: str | None = None
 
+    async def open(self) -> None:
+        """Nothing to open: a reply is a row of the feed and a note to the open streams."""
+
     async def start(self) -> None:
         """Read the chat page (the channel is otherwise its HTTP routes)."""
         self._page = await asyncio.to_thread(_read_page)

@@ -11,6 +11,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from channels.base import ChannelType, OutboundMessage
+from gateway.runtime import GatewayRuntime
 from storage.models import ExportLink, InboundEvent, Session, SessionChannel, SessionMessage
 from tests.e2e.harness import RunningGateway, gateway_config, running_gateway
 from tests.fakes.slack_api import (
@@ -97,6 +99,29 @@ async def test_the_web_api_calls_of_many_replies_share_one_connection(
     posts = [call for call in slack_api.calls if call.method == "chat.postMessage"]
     assert len(posts) == 3
     # auth.test at start-up and every post: one pooled connection, not one per call.
+    assert len({call.peer for call in slack_api.calls}) == 1
+
+
+async def test_a_turn_workers_replies_share_one_connection_and_it_checks_no_token(
+    migrated_postgres_url: str, tmp_path: Path, slack_api: FakeSlackAPI
+) -> None:
+    """A turn worker (`gateway run --role turns`) sends replies but accepts nothing: it opens
+    the Web API's pool without the accepting process's checks, and its posts share it."""
+    config = slack_config(migrated_postgres_url, tmp_path, slack_api)
+    runtime = await GatewayRuntime.start(config, role="turns")
+    try:
+        adapter = runtime.adapters[ChannelType.SLACK]
+        for number in range(3):
+            reply = OutboundMessage(
+                message_id=f"out-{number}",
+                channel_type=ChannelType.SLACK,
+                channel_id="D0001",
+                content=f"Answer {number}",
+            )
+            await adapter.send(reply)
+    finally:
+        await runtime.close()
+    assert [call.method for call in slack_api.calls] == ["chat.postMessage"] * 3
     assert len({call.peer for call in slack_api.calls}) == 1
 
 
