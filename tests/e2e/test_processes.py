@@ -4,6 +4,7 @@ turn workers (one killed, one hung)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -311,7 +312,7 @@ def two_worker_gateway(
 
     A worker ready late (each imports for seconds, longer while other tests compete for the
     CPU) would find its share's events already waited `TAKEOVER_AFTER` and taken over by the
-    other: right of the gateway, not what these tests look at."""
+    other: what the gateway should do then, but not what these tests look at."""
     port = free_port()
     config = write_config(tmp_path, "gw", port, database_url, "50ms", turn_workers=2, users=users)
     gateway = GatewayProcess(config, port, tmp_path).start()
@@ -324,12 +325,14 @@ def two_worker_gateway(
 
 
 def ready_workers(gateway: GatewayProcess) -> set[int]:
-    """The turn workers that have said they are ready (from the JSON log)."""
-    return {
-        json.loads(line)["worker"]
-        for line in gateway.log_text().splitlines()
-        if '"workers.ready"' in line
-    }
+    """The turn workers that have said they are ready (from the JSON log; a line still being
+    written is read at the next look)."""
+    ready: set[int] = set()
+    for line in gateway.log_text().splitlines():
+        if '"workers.ready"' in line:
+            with contextlib.suppress(ValueError):
+                ready.add(json.loads(line)["worker"])
+    return ready
 
 
 def turn_workers_of(gateway: GatewayProcess) -> dict[str, list[int]]:
