@@ -89,7 +89,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from errors import StorageError
 from gateway.log import configure_logging
-from gateway.runtime import open_engine
+from gateway.open_services import open_engine
 from gateway.settings import GatewayConfig
 from primitives.collector import settle_after_start
 from sessions.engine import SessionEngine

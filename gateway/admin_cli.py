@@ -97,7 +97,7 @@ def _with_admin(args: argparse.Namespace, work: Callable[[Any], Awaitable[T]]) -
     configure_logging(config.logging.format, "warning")
     # The database stack is imported only by commands that use it.
     from gateway.admin import Administration  # noqa: PLC0415
-    from gateway.runtime import open_transcript_store  # noqa: PLC0415
+    from gateway.open_services import open_transcript_store  # noqa: PLC0415
     from storage.column_types import utcnow  # noqa: PLC0415
     from storage.database import Database  # noqa: PLC0415
 

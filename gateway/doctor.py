@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from channels.plugin import CheckSkippedError
 from channels.registry import channel_plugins
-from gateway.runtime import open_transcript_store
+from gateway.open_services import open_transcript_store
 from gateway.runtime_settings import tool_settings
 from gateway.settings import GatewayConfig
 from sessions.mcp_servers import McpServer, McpServerSettings, qualified_name

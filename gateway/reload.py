@@ -32,7 +32,8 @@ from errors import ConfigError, GatewayError
 from gateway.config import load_config
 from gateway.identity import configured_identities, sync_identities
 from gateway.log import get_logger
-from gateway.runtime import GatewayRuntime, reference_finder
+from gateway.open_services import reference_finder
+from gateway.runtime import GatewayRuntime
 from gateway.runtime_settings import RESTART_ONLY, RuntimeSettings, runtime_settings
 from gateway.settings import GatewayConfig
 from storage.repositories.users import UserRepository

@@ -16,7 +16,7 @@ from psycopg.pq import TransactionStatus
 from sqlalchemy import func, select, text, update
 
 from errors import StorageError
-from gateway.runtime import open_engine
+from gateway.open_services import open_engine
 from gateway.settings import GatewayConfig
 from sessions.llm import OfflineLLM
 from sessions.routing import Arrival, RoutingPolicy
