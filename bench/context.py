@@ -28,7 +28,12 @@ migrates it, and loads the users' sessions shaped the way a running gateway leav
   day before the current session, each with its session summary, inserted in bulk (the
   database's triggers index every row as in production). A client's name comes up in one turn
   of 5,000 of them, and the current session's last question asks about it, so the search
-  has a rare word to find far back as well as common ones nearby.
+  has a rare word to find far back as well as common ones nearby;
+- with `--neighbour-turns N` (default 0), N turns of ten other users of the organisation
+  (the same kind of text, the client's name as often) written after that long history and
+  before the user's recent sessions: a database shared with colleagues who went on talking
+  while the user was away, so that the user's most recent entries are interleaved with
+  theirs.
 
 With the recall model installed, every entry's vector is then written (as `gateway recall
 reindex` does), so the automatic search is hybrid, as in the gateway (`dense_recall`).
@@ -47,13 +52,16 @@ Run it (PostgreSQL on 127.0.0.1:5432, trust auth):
 
     .venv/bin/python bench/context.py
     .venv/bin/python bench/context.py --backends sqlite --sizes 100,10000 --runs 20
+    .venv/bin/python bench/context.py --sizes '' --neighbour-turns 50000
 
 Only the JSON object goes to stdout (the gateway's log lines, warnings and up, and the progress
 go to stderr): per backend and session size the p50, p95 and mean in ms, `messages_sent` and
 `history_tokens` of the assembled request, `rows_read` (messages loaded: those since the last
 compaction), `indexed_turns` (the user's recall index), the same for the thread turn, and
 `ratio_p50` (largest/smallest size against the goal, and every size's ratio); under
-`history`, the same figures for the user with the long history against the p95 goal. The exit
+`history`, the same figures for the user with the long history against the p95 goal, and
+`recalled_far_back_turn`: the share of the measured calls whose context held a passage of an
+earlier session that names the client (the search found it through its rare word). The exit
 code is 1 when a goal is not met on some backend, 2 when the benchmark could not run.
 
 The rows are made in `context_rows` (no I/O) and written by `context_data`; this module times
@@ -83,7 +91,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from benchkit import BenchError, progress, throwaway_database
 from context_data import CURRENT_SESSION_MESSAGES, HISTORY_USER, DataLoader, LoadedSession
-from context_rows import TextSource
+from context_rows import RARE_NAME, TextSource
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -115,6 +123,7 @@ class BenchSettings:
 
     sizes: tuple[int, ...]
     history_turns: int
+    neighbour_turns: int
     runs: int
     warmup: int
     backends: tuple[str, ...]
@@ -138,6 +147,9 @@ class Case:
     messages_sent: int = 0
     history_tokens: int = 0
     rows_read: int = 0
+    # The long history's case: the calls whose context held an earlier passage naming the
+    # client (found through its rare word), out of those made.
+    recalled: int = 0
 
     async def call(self, engine: SessionEngine) -> tuple[float, float]:
         """Assemble the context once; the seconds it took, and the event loop's CPU seconds."""
@@ -147,6 +159,8 @@ class Case:
         self.messages_sent = len(context.request.messages)
         self.history_tokens = context.history_tokens
         self.rows_read = rows_read
+        # Only recalled passages of earlier sessions are in the system prompt.
+        self.recalled += RARE_NAME in context.request.system
         return elapsed, cpu
 
     def figures(self) -> dict[str, Any]:
@@ -166,12 +180,18 @@ class Case:
             "rows_read": self.rows_read,
         }
 
+    def recalled_share(self, calls: int) -> float:
+        """The share of the measured calls whose context named the client."""
+        return round(self.recalled / calls, 3) if calls else 0.0
+
 
 async def measure(engine: SessionEngine, cases: Sequence[Case], *, runs: int, warmup: int) -> None:
     """Warm up, then `runs` rounds calling every case once (interleaved)."""
     for _ in range(warmup):
         for case in cases:
             await case.call(engine)
+    for case in cases:
+        case.recalled = 0
     for number in range(runs):
         for case in cases:
             elapsed, cpu = await case.call(engine)
@@ -212,10 +232,13 @@ async def run_backend(
         history: LoadedSession | None = None
         history_load_s = 0.0
         if settings.history_turns:
-            history, history_load_s = await loader.history_user(settings.history_turns)
+            history, history_load_s = await loader.history_user(
+                settings.history_turns, neighbour_turns=settings.neighbour_turns
+            )
             progress(
-                f"  loaded {settings.history_turns} history turns in {history_load_s:.1f}s "
-                f"and a session of {CURRENT_SESSION_MESSAGES} messages"
+                f"  loaded {settings.history_turns} history turns "
+                f"({settings.neighbour_turns} of other users after them) in "
+                f"{history_load_s:.1f}s and a session of {CURRENT_SESSION_MESSAGES} messages"
             )
         if engine.embedder is not None:
             # The rows went in as bulk INSERTs: their vectors are written as `gateway recall
@@ -268,10 +291,15 @@ async def run_backend(
         result["history"] = {
             **main.figures(),
             "history_turns": settings.history_turns,
+            "neighbour_turns": settings.neighbour_turns,
             "indexed_entries": history_indexed,
             "current_session_messages": CURRENT_SESSION_MESSAGES,
             "load_s": round(history_load_s, 2),
             "thread": threaded.figures(),
+            "recalled_far_back_turn": {
+                "share_of_calls": main.recalled_share(settings.runs),
+                "thread": threaded.recalled_share(settings.runs),
+            },
             "goal_p95_ms": GOAL_HISTORY_P95_MS,
             "met": worst_p95 <= GOAL_HISTORY_P95_MS,
         }
@@ -336,6 +364,13 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
         default=DEFAULT_HISTORY_TURNS,
         help=f"indexed turns of the user with a long history ({DEFAULT_HISTORY_TURNS}; 0: none)",
     )
+    parser.add_argument(
+        "--neighbour-turns",
+        type=int,
+        default=0,
+        help="other users' turns written after the long history, before its user's recent "
+        "sessions (0)",
+    )
     parser.add_argument("--runs", type=int, default=50, help="measured calls per case (50)")
     parser.add_argument("--warmup", type=int, default=5, help="uncounted calls per case first (5)")
     parser.add_argument(
@@ -353,8 +388,8 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
         parser.error(f"--sizes {args.sizes}: expected numbers separated by commas")
     if sizes and min(sizes) < 2:
         parser.error("--sizes: session lengths are 2 messages or more")
-    if args.history_turns < 0:
-        parser.error("--history-turns must be 0 or more")
+    if args.history_turns < 0 or args.neighbour_turns < 0:
+        parser.error("--history-turns and --neighbour-turns must be 0 or more")
     if not sizes and not args.history_turns:
         parser.error("nothing to measure: give --sizes or --history-turns")
     backends = tuple(name.strip() for name in args.backends.split(",") if name.strip())
@@ -366,6 +401,7 @@ def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
     return BenchSettings(
         sizes=sizes,
         history_turns=args.history_turns,
+        neighbour_turns=args.neighbour_turns,
         runs=args.runs,
         warmup=args.warmup,
         backends=backends,
@@ -388,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "settings": {
             "sizes": list(settings.sizes),
             "history_turns": settings.history_turns,
+            "neighbour_turns": settings.neighbour_turns,
             "runs": settings.runs,
             "warmup": settings.warmup,
             "policy": "GatewayConfig() defaults",

@@ -46,6 +46,7 @@ CURRENT_SESSION_MESSAGES = 60  # one thread block: the last ten are in a thread
 MEMORY_FACTS = 30
 ARCHIVED_SESSIONS = 3
 ARCHIVED_SESSION_MESSAGES = 12
+NEIGHBOURS = 10  # the other users of `history_user(neighbour_turns=...)`
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,15 +207,28 @@ class DataLoader:
         await self.user(user_id)
         return loaded
 
-    async def history_user(self, turns: int) -> tuple[LoadedSession, float]:
+    async def history_user(
+        self, turns: int, *, neighbour_turns: int = 0
+    ) -> tuple[LoadedSession, float]:
         """`HISTORY_USER` with `turns` indexed turns in earlier sessions and a short current
         session that asks about a rare word far back; that session, and the seconds the
-        history took to insert."""
+        history (and the neighbours' turns) took to insert.
+
+        `neighbour_turns`: other users' turns (`NEIGHBOURS` colleagues, from the same texts,
+        the client's name included) written after the user's long history and before their
+        recent sessions, as on a database the user shares with others who went on talking
+        meanwhile."""
         # In the order a gateway writes them: the long history first (it ends a week ago),
-        # then the user's three recent archived sessions, then the current session.
+        # the neighbours' turns, then the user's three recent archived sessions, then the
+        # current session.
         await self.add_user(HISTORY_USER)
         ended = self.now - timedelta(days=2 * ARCHIVED_SESSIONS + 1)
         load_s = await self.history(HISTORY_USER, turns, ended=ended)
+        for number in range(NEIGHBOURS if neighbour_turns else 0):
+            neighbour = f"u-neighbour-{number}"
+            await self.add_user(neighbour)
+            share = neighbour_turns // NEIGHBOURS + (number < neighbour_turns % NEIGHBOURS)
+            load_s += await self.history(neighbour, share, ended=ended + timedelta(hours=12))
         await self.user(HISTORY_USER)
         current = await self.session(
             HISTORY_USER, CURRENT_SESSION_MESSAGES, last_question=RARE_QUESTION

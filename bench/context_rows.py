@@ -21,8 +21,9 @@ from storage.transcripts import SessionRef, pre_compact_archive_key, transcript_
 ORG_ID = "acme"
 HISTORY_SESSION_TURNS = 300
 RARE_EVERY = 5_000  # history turns; one of them mentions the client
-RARE_MENTION = "The Halvorsen renewal still waits for their procurement sign-off."
-RARE_QUESTION = "Where did we leave the Halvorsen renewal?"
+RARE_NAME = "Halvorsen"  # the client
+RARE_MENTION = f"The {RARE_NAME} renewal still waits for their procurement sign-off."
+RARE_QUESTION = f"Where did we leave the {RARE_NAME} renewal?"
 CHANNEL = "slack"
 CHANNEL_ID = "D0BENCH"
 MESSAGE_INTERVAL = timedelta(seconds=30)

@@ -6,9 +6,17 @@ rareness of a word is estimated from its count in the window's id range (scaled 
 number of entries) and made exact for the words the window shows as rare, by reading their
 most recent `rare_postings + 1` postings (FTS5 stops there). The length is counted in
 characters. One FTS5 index holds every user's entries, so a word is read in the window's id
-range: what other users wrote meanwhile is read too, and every word read costs FTS5 a walk
-through each of its segments. That makes a SQLite search several times dearer than a
-PostgreSQL one (`bench/context.py`), still independent of the length of the history.
+range, and every word read costs FTS5 a walk through each of its segments. That makes a SQLite
+search several times dearer than a PostgreSQL one (`bench/context.py`), still independent of
+the length of the history.
+
+Other users' entries in the window's id range (what they wrote while the user was away, on a
+database the user shares) are not the user's: when they are most of the range
+(`CROWDED_RANGE`), a turn window's words are looked up among the user's own postings (FTS5
+steps from one of the user's entries to the next), so the search costs the user's window, not
+what everyone wrote meanwhile, and other users' use of a word does not make it look common
+(which would leave the user's own rare mentions of it unsearched). When the user wrote most of
+the range, reading every posting in it is cheaper than stepping through theirs.
 
 A common word's occurrences are counted within the window only, even in an old passage
 found through a rare word. The bound itself is `storage.recall_index`'s.
@@ -17,7 +25,8 @@ found through a rare word. The bound itself is `storage.recall_index`'s.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from storage import driver_rows
@@ -56,9 +65,23 @@ SELECT w.size, w.low, w.high,
        __COUNTS__
 FROM w
 """
+CROWDED_RANGE = 2
+"""A turn window's id range holding more than this many entries for each of the user's is
+searched among the user's own postings (see the module docstring)."""
+
+FEW_IN_WINDOW = 2
+"""A word seen in at most this many of a full window's entries has its postings of the whole
+history read (at most `rare_postings + 1`), however large the history: the window's sightings
+are too few to tell how rare it is."""
+
 _IN_WINDOW = "recall_fts MATCH :match_{n} AND recall_fts.rowid BETWEEN w.low AND w.high"
 _IN_WINDOW_COUNT = (
     ", (SELECT count(*) FROM recall_fts WHERE " + _IN_WINDOW + ") AS count_{n}"  # noqa: S608
+)
+# The same count, among the user's own postings when the range is crowded.
+_CROWDED = f"w.high - w.low + 1 > {CROWDED_RANGE} * w.size"
+_IN_TURN_WINDOW_COUNT = _IN_WINDOW_COUNT.replace(
+    "MATCH :match_{n}", f"MATCH (CASE WHEN {_CROWDED} THEN :user_match_{{n}} ELSE :match_{{n}} END)"
 )
 _IN_WINDOW_HITS = (
     "SELECT recall_fts.rowid AS id, :weight_{n} AS weight FROM recall_fts, w WHERE "  # noqa: S608
@@ -109,6 +132,89 @@ def _match(user_id: str, kinds: Sequence[str], term: str) -> str:
     return match
 
 
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """What the window's statement found: its size and id range, the user's collection
+    (entries and their total length), each considered word's count in the range, and the
+    FTS5 query that looks each word up there (among the user's own postings when crowded)."""
+
+    size: int
+    low: int
+    high: int
+    documents: float
+    total_length: float
+    counts: Sequence[int]
+    matches: Mapping[int, str]
+
+
+def _own_match(user_id: str, term: str) -> str:
+    """The FTS5 query for one word among one user's postings, of whatever kind (the search
+    keeps the kinds it wants when it reads the entries)."""
+    return f"user_id : {_fts_string(user_id)} AND body : {_fts_string(term)}"
+
+
+async def _window(
+    session: driver_rows.DriverScope,
+    considered: Sequence[str],
+    *,
+    kinds: Sequence[str],
+    params: Mapping[str, Any],
+    bound: SearchBound,
+) -> _Window:
+    """The window, the collection's statistics and each considered word's count in the
+    window's id range, in one statement."""
+    matches = {n: _match("", kinds, term) for n, term in enumerate(considered)}
+    params = (
+        {key: params[key] for key in ("user_id", "since", "until")}
+        | {"window": bound.window}
+        | {f"match_{n}": match for n, match in matches.items()}
+    )
+    # Turns only: a crowded window is searched among the user's own postings (a user id
+    # FTS5 cannot tokenize names nothing to look up).
+    user_id = params["user_id"]
+    by_user = list(kinds) == [TURN] and has_tokens(user_id)
+    own = {n: _own_match(user_id, term) for n, term in enumerate(considered)} if by_user else {}
+    params |= {f"user_match_{n}": match for n, match in own.items()}
+    count = _IN_TURN_WINDOW_COUNT if by_user else _IN_WINDOW_COUNT
+    sql = (
+        _COUNTS.replace("__WINDOW__", _WINDOW.replace("__RECENT__", recent_entries(kinds)))
+        .replace("__COUNTS__", "".join(count.format(n=n) for n in matches))
+        .replace("__KINDS__", ", ".join(f"'{kind}'" for kind in kinds))
+    )
+    ((size, low, high, documents, total_length, *counts),) = await driver_rows.rows(
+        session, sql, params
+    )
+    crowded = by_user and high - low + 1 > CROWDED_RANGE * size
+    return _Window(
+        size, low, high, float(documents), float(total_length), counts, own if crowded else matches
+    )
+
+
+async def _latest_postings(
+    session: driver_rows.DriverScope,
+    terms: Sequence[str],
+    to_look_up: Sequence[SearchedTerm],
+    *,
+    user_id: str,
+    kinds: Sequence[str],
+    bound: SearchBound,
+) -> dict[str, list[int]]:
+    """The most recent `rare_postings + 1` postings of the whole history of each of these
+    words (keyed by their position in `terms`), newest first."""
+    postings: dict[str, list[int]] = {t.key: [] for t in to_look_up}
+    if not to_look_up:
+        return postings
+    rows = await driver_rows.rows(
+        session,
+        " UNION ALL ".join(_LATEST.format(n=t.key) for t in to_look_up),
+        {"cap": bound.rare_postings + 1}
+        | {f"user_match_{t.key}": _match(user_id, kinds, terms[int(t.key)]) for t in to_look_up},
+    )
+    for term_key, entry_id in rows:
+        postings[str(term_key)].append(int(entry_id))
+    return postings
+
+
 async def search_sqlite(
     session: driver_rows.DriverScope,
     terms: Sequence[str],
@@ -122,57 +228,38 @@ async def search_sqlite(
     `params` holds the user, the period, the limit and the BM25 constants; `kinds` are our
     own constants, sorted (they are written into the SQL).
     """
-    in_kinds = ", ".join(f"'{kind}'" for kind in kinds)
-    user_id = params["user_id"]
-    window_size = bound.window
-    window_sql = _WINDOW.replace("__RECENT__", recent_entries(kinds))
     considered = terms[: bound.considered_terms]
-    matches = {n: _match("", kinds, term) for n, term in enumerate(considered)}
-    counts_sql = (
-        _COUNTS.replace("__WINDOW__", window_sql)
-        .replace("__COUNTS__", "".join(_IN_WINDOW_COUNT.format(n=n) for n in matches))
-        .replace("__KINDS__", in_kinds)
-    )
-    window_params = {key: params[key] for key in ("user_id", "since", "until")} | {
-        "window": window_size
-    }
-    ((size, low, high, documents_in_all, total_length, *counts),) = await driver_rows.rows(
-        session,
-        counts_sql,
-        window_params | {f"match_{n}": match for n, match in matches.items()},
-    )
-    if size == 0:
+    window = await _window(session, considered, kinds=kinds, params=params, bound=bound)
+    if window.size == 0:
         return IndexSearch([], 0)
-    collection = max(float(documents_in_all), float(size))
-    full = size >= window_size
+    collection = max(window.documents, float(window.size))
+    full = window.size >= bound.window
     # The window's share of the collection stands for the whole: a word in 3 of the
     # 1,000 most recent entries of 100,000 is taken to be in about 300.
-    scale = collection / size
+    # A word seen only once or twice (`FEW_IN_WINDOW`) is a candidate whatever the scale: in
+    # a window of 500 of 100,000 entries, one sighting (the question itself, in the current
+    # session) would stand for 200 entries, and the user's rare mentions of the word would
+    # go unsearched.
+    scale = collection / window.size
     estimated = []
-    for n in matches:
-        documents = counts[n] * scale
+    for n in range(len(considered)):
+        seen = window.counts[n]
+        documents = seen * scale
         if full or documents > 0:
-            estimated.append(
-                SearchedTerm(str(n), documents, full and documents <= bound.rare_postings)
-            )
+            rare = full and (documents <= bound.rare_postings or seen <= FEW_IN_WINDOW)
+            estimated.append(SearchedTerm(str(n), documents, rare))
     # Words the window shows as rare (or not at all): their most recent postings of the
     # whole history, at most `rare_postings + 1`, make their count exact (or show that
     # they are common after all). Only the rarest `max_terms` are looked up.
     ranked = sorted(estimated, key=lambda t: (t.documents, int(t.key)))
-    to_look_up = [t for t in ranked[: bound.max_terms] if t.rare]
-    postings: dict[str, list[int]] = {t.key: [] for t in to_look_up}
-    if to_look_up:
-        latest = " UNION ALL ".join(_LATEST.format(n=t.key) for t in to_look_up)
-        rows = await driver_rows.rows(
-            session,
-            latest,
-            {"cap": bound.rare_postings + 1}
-            | {
-                f"user_match_{t.key}": _match(user_id, kinds, terms[int(t.key)]) for t in to_look_up
-            },
-        )
-        for term_key, entry_id in rows:
-            postings[str(term_key)].append(int(entry_id))
+    postings = await _latest_postings(
+        session,
+        terms,
+        [t for t in ranked[: bound.max_terms] if t.rare],
+        user_id=params["user_id"],
+        kinds=kinds,
+        bound=bound,
+    )
     exact: list[SearchedTerm] = []
     for term in estimated:
         found = postings.get(term.key)
@@ -195,20 +282,20 @@ async def search_sqlite(
             listed += [(entry_id, weight) for entry_id in postings[term.key]]
         else:
             hits.append(_IN_WINDOW_HITS.format(n=term.key))
-            params[f"match_{term.key}"] = matches[int(term.key)]
+            params[f"match_{term.key}"] = window.matches[int(term.key)]
             params[f"weight_{term.key}"] = weight
     if listed:
         hits.append(_LISTED_HITS)
         params["listed"] = json.dumps(listed)
     # The window's id range as the counts found it: the search does not read it again.
-    params.update(low=low, high=high)
+    params.update(low=window.low, high=window.high)
     params["avgdl"] = (
-        float(total_length) / float(documents_in_all) if documents_in_all and total_length else 1.0
+        window.total_length / window.documents if window.documents and window.total_length else 1.0
     )
     sql = (
         _BM25_SEARCH.replace("__WINDOW__", _KNOWN_WINDOW)
         .replace("__HITS__", " UNION ALL ".join(hits))
         .replace("__ENTRY_COLUMNS__", ENTRY_COLUMNS)
-        .replace("__KINDS__", in_kinds)
+        .replace("__KINDS__", ", ".join(f"'{kind}'" for kind in kinds))
     )
     return await run_scored(session, sql, params)

@@ -400,3 +400,35 @@ async def test_whether_a_user_has_entries_in_another_session(database: Database)
     assert await answers() == (False, False)
     await make_session(database, "alice", ("user", "An earlier word."))
     assert await answers() == (True, True)
+
+
+async def test_a_word_seen_once_in_the_window_of_a_long_history_is_looked_up_everywhere(
+    database: Database,
+) -> None:
+    await make_user(database, "alice", "Alice")
+    await add_history(database, "alice", ["Zeppelin tickets booked for Priya."], day=0)
+    await add_history(database, "alice", [f"{COMMON} ({n})" for n in range(400)], day=1)
+    await add_history(database, "alice", ["Where are the zeppelin tickets?"], day=2)
+    # One sighting in a window of 40 of 402 entries stands for about ten, past the five rare
+    # postings; the word is looked up all the same, and the old turn found.
+    found, _ = await bounded(database, "zeppelin")
+    assert found == ["Where are the zeppelin tickets?", "Zeppelin tickets booked for Priya."]
+
+
+async def test_words_other_users_wrote_meanwhile_do_not_hide_a_users_rare_word(
+    database: Database,
+) -> None:
+    for user_id, name in (("alice", "Alice"), ("bob", "Bob")):
+        await make_user(database, user_id, name)
+    await add_history(database, "alice", ["Zeppelin tickets booked for Priya."], day=0)
+    await add_history(database, "alice", [f"{COMMON} ({n})" for n in range(30)], day=1)
+    # While alice was away, bob talked about zeppelins all along: his turns lie between
+    # alice's recent ones (a shared database), and none of them is hers.
+    await add_history(
+        database, "bob", [f"The zeppelin museum, part {n}." for n in range(300)], day=2
+    )
+    await add_history(database, "alice", [f"{COMMON} (again {n})" for n in range(20)], day=3)
+    await add_history(database, "alice", ["Where are the zeppelin tickets?"], day=4)
+    found, examined = await bounded(database, "zeppelin")
+    assert found == ["Where are the zeppelin tickets?", "Zeppelin tickets booked for Priya."]
+    assert examined <= SMALL.most_examined
