@@ -56,6 +56,7 @@ from sessions.llm import (
 )
 from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.recall import RecallSearch
+from sessions.recall_excerpt import excerpt, question_weights
 from sessions.recall_tool import SEARCH_TOOL, run_search_tool
 from sessions.recall_values import RecallExclusions
 from sessions.summaries import summarise_archived_sessions
@@ -364,15 +365,14 @@ class SessionEngine:
             return ()
         excerpts: list[EarlierExcerpt] = []
         used = 0
+        weights = question_weights(query)
         for hit in hits:
-            text = " ".join(hit.text.split())
-            if len(text) > settings.excerpt_chars:
-                text = text[: settings.excerpt_chars - 1].rstrip() + "…"
-            excerpt = EarlierExcerpt(hit.session_id, hit.date, hit.speaker, text)
-            cost = estimate_tokens(excerpt.line())
+            text = excerpt(hit.text, weights, settings.excerpt_chars)
+            earlier = EarlierExcerpt(hit.session_id, hit.date, hit.speaker, text)
+            cost = estimate_tokens(earlier.line())
             if used + cost > settings.auto_context_tokens:
                 break
-            excerpts.append(excerpt)
+            excerpts.append(earlier)
             used += cost
         if excerpts:
             log.info("recall.added_to_context", count=len(excerpts), tokens=used)

@@ -48,7 +48,8 @@ class EngineSettings:
 class RecallSettings:
     """Recall in turns: passages of earlier conversations found for the latest user message
     are added to the system context (at most `auto_hits`, within `auto_context_tokens`, each
-    cut at `excerpt_chars`), and the model may call `search_past_conversations` (`tool`)."""
+    the part of at most `excerpt_chars` about the message, `sessions.recall_excerpt`), and the
+    model may call `search_past_conversations` (`tool`)."""
 
     auto_hits: int = 5
     auto_context_tokens: int = 600

@@ -39,12 +39,39 @@ def words(text: str) -> list[str]:
 
 
 def query_terms(query: str) -> list[str]:
-    """The words of a query that are searched for: lower case, no stopwords, no repeats."""
+    """The words of a query that are searched for: lower case, no stopwords, no repeats, in
+    the order of the query. A query of more than `MAX_QUERY_TERMS` such words keeps its names
+    and numbers (`names_and_numbers`) first, then its other words from the start: a long
+    message that ends by asking about a client names the client last."""
     terms: list[str] = []
     for word in words(query):
         if word not in STOPWORDS and word not in terms:
             terms.append(word)
-    return terms[:MAX_QUERY_TERMS]
+    if len(terms) <= MAX_QUERY_TERMS:
+        return terms
+    named = names_and_numbers(query)
+    first = [term for term in terms if term in named][:MAX_QUERY_TERMS]
+    rest = [term for term in terms if term not in named][: MAX_QUERY_TERMS - len(first)]
+    kept = {*first, *rest}
+    return [term for term in terms if term in kept]
+
+
+def names_and_numbers(text: str) -> set[str]:
+    """The words of a text (lower case) written as names or numbers: a word with a digit, or
+    one with a capital that does not begin a sentence ("the Halvorsen renewal", not "Where")."""
+    found: set[str] = set()
+    between_start = 0  # where the text between the previous word and this one starts
+    for match in _WORD.finditer(text):
+        word = match.group()
+        begins_sentence = between_start == 0 or any(
+            mark in text[between_start : match.start()] for mark in ".!?:\n"
+        )
+        if any(character.isdigit() for character in word) or (
+            word[0].isupper() and not begins_sentence
+        ):
+            found.add(word.lower())
+        between_start = match.end()
+    return found
 
 
 def without_names(query: str, names: Iterable[str]) -> str:

@@ -1,11 +1,12 @@
 """Which speakers a recall query asks about (`sessions.recall_query.asked_about`): the ones
-it names as its subject, not those it names after "to", "with", "about"… or only as owners."""
+it names as its subject, not those it names after "to", "with", "about"… or only as owners;
+and which words of a long message are searched (`query_terms`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sessions.recall_query import asked_about
+from sessions.recall_query import MAX_QUERY_TERMS, asked_about, names_and_numbers, query_terms
 
 SPEAKERS = ("Tim", "John", "Caroline Smith", "Melanie")
 
@@ -41,3 +42,14 @@ def test_without_roles_every_speaker_named_counts() -> None:
     query = "What did Melanie recommend to Tim?"
     assert asked_about(query, SPEAKERS, roles=False) == {"Melanie", "Tim"}
     assert asked_about(query, []) == set()
+
+
+def test_a_long_message_keeps_its_names_and_numbers_among_the_words_searched() -> None:
+    filler = " ".join(f"word{first}{second}" for first in "abc" for second in "defghijklmnop")
+    message = f"Thanks. {filler} more plain words here again. Where is the Halvorsen renewal?"
+    terms = query_terms(message)
+    assert len(terms) == MAX_QUERY_TERMS
+    assert "halvorsen" in terms
+    # The other words keep their order, from the start; "where" begins a sentence.
+    assert terms[0] == "thanks"
+    assert "where" not in names_and_numbers(message)

@@ -74,6 +74,25 @@ async def test_the_search_runs_after_the_turns_transaction_and_a_failure_leaves_
     assert failed.earlier == ()
 
 
+async def test_a_long_passage_shows_the_part_that_answers(
+    database: Database, tmp_path: Path
+) -> None:
+    filler = "We went through the quarterly numbers and the vendor contract again today. " * 8
+    said = filler + "The Halvorsen renewal still waits for their procurement sign-off."
+    await conversation(database, [("Alice", said)], day=0)
+    current, _ = await conversation(database, [("Alice", "Where is the Halvorsen renewal?")], day=7)
+    subject = engine(database, tmp_path, RecallSettings(auto_hits=3, excerpt_chars=200))
+    async with database.session() as db:
+        session = await read_state(db, current)
+        assert session is not None
+        found = await subject.with_earlier(await subject.read_context(db, session))
+    # The name is in the passage's last sentence, 600 characters in: that is what is shown.
+    (shown,) = [excerpt.text for excerpt in found.earlier]
+    assert shown.endswith("The Halvorsen renewal still waits for their procurement sign-off.")
+    assert shown.startswith("…")
+    assert len(shown) <= 200
+
+
 async def test_a_state_without_the_answer_is_looked_up_in_the_reading_transaction(
     database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
