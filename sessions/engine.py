@@ -56,7 +56,7 @@ from sessions.llm import (
 )
 from sessions.progress import NO_PROGRESS, TurnProgress
 from sessions.recall import RecallSearch
-from sessions.recall_excerpt import excerpt, question_weights
+from sessions.recall_excerpt import excerpt, question_words
 from sessions.recall_tool import SEARCH_TOOL, run_search_tool
 from sessions.recall_values import RecallExclusions
 from sessions.summaries import summarise_archived_sessions
@@ -365,9 +365,9 @@ class SessionEngine:
             return ()
         excerpts: list[EarlierExcerpt] = []
         used = 0
-        weights = question_weights(query)
+        words = question_words(query)
         for hit in hits:
-            text = excerpt(hit.text, weights, settings.excerpt_chars)
+            text = excerpt(hit.text, words, settings.excerpt_chars)
             earlier = EarlierExcerpt(hit.session_id, hit.date, hit.speaker, text)
             cost = estimate_tokens(earlier.line())
             if used + cost > settings.auto_context_tokens:

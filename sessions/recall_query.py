@@ -24,6 +24,8 @@ _STOPWORD_LIST = """
 STOPWORDS = frozenset(_STOPWORD_LIST.split())
 MAX_QUERY_TERMS = 32
 _WORD = re.compile(r"[^\W_]+")
+_DIGIT = re.compile(r"\d")
+_SENTENCE_END = re.compile(r"[.!?:\n]")
 # A word and its possessive "'s", if any (group 2): "Caroline's".
 _WORD_AND_POSSESSIVE = re.compile(r"([^\W_]+)(['\u2019]s\b)?")
 # Words after which a name is the object of the question, not who it asks about: "what did
@@ -60,17 +62,16 @@ def names_and_numbers(text: str) -> set[str]:
     """The words of a text (lower case) written as names or numbers: a word with a digit, or
     one with a capital that does not begin a sentence ("the Halvorsen renewal", not "Where")."""
     found: set[str] = set()
-    between_start = 0  # where the text between the previous word and this one starts
+    previous_end = -1  # where the previous word ended (-1: this is the first)
     for match in _WORD.finditer(text):
         word = match.group()
-        begins_sentence = between_start == 0 or any(
-            mark in text[between_start : match.start()] for mark in ".!?:\n"
-        )
-        if any(character.isdigit() for character in word) or (
-            word[0].isupper() and not begins_sentence
+        if _DIGIT.search(word) or (
+            word[0].isupper()
+            and previous_end >= 0
+            and not _SENTENCE_END.search(text, previous_end, match.start())
         ):
             found.add(word.lower())
-        between_start = match.end()
+        previous_end = match.end()
     return found
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from sessions.llm import ToolSpec
 from sessions.recall import RecallSearch
-from sessions.recall_excerpt import excerpt, question_weights
+from sessions.recall_excerpt import QuestionWords, excerpt, question_words
 from sessions.recall_values import RecallExclusions, RecallHit
 
 SEARCH_TOOL_NAME = "search_past_conversations"
@@ -53,10 +53,10 @@ SEARCH_TOOL = ToolSpec(
 )
 
 
-def hit_line(hit: RecallHit, query: str, *, max_chars: int = 400) -> str:
+def hit_line(hit: RecallHit, words: QuestionWords, *, max_chars: int = 400) -> str:
     """A hit as one line for the model: date, speaker (or "summary"), session, and its text,
-    or the part of it about the query when longer than `max_chars`."""
-    text = excerpt(hit.text, question_weights(query), max_chars)
+    or the part of it about the query's `words` when longer than `max_chars`."""
+    text = excerpt(hit.text, words, max_chars)
     who = hit.speaker if hit.kind == "turn" else "summary"
     return f"- {hit.date:%Y-%m-%d} {who} (session {hit.session_id[:8]}): {text}"
 
@@ -99,5 +99,6 @@ async def run_search_tool(
     )
     if not hits:
         return f"Nothing in earlier conversations matched {query!r}."
-    lines = [hit_line(hit, query, max_chars=600) for hit in hits]
+    words = question_words(query)
+    lines = [hit_line(hit, words, max_chars=600) for hit in hits]
     return f"{len(hits)} passage(s) from earlier conversations, best first:\n" + "\n".join(lines)
