@@ -16,11 +16,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from gateway.server import TURN_WORKER_NICENESS
 from storage.database import Database
 from storage.inbox_signal import TAKEOVER_AFTER
+from storage.locks import advisory_key
 from storage.models import InboundEvent, OutboundMessage, Session, SessionMessage
 from tests.e2e.harness import free_port, gateway_client
 
@@ -410,6 +411,10 @@ async def test_a_hung_workers_senders_are_taken_over_by_another_and_answered_onc
             await post(user, f"warm-{user}")
         for user in users:
             await wait_for(lambda user=user: _has(replies_to(user), f"warm-{user}"))
+        # The reply shows before its turn is over (its topic, the drain's next read): a
+        # worker stopped before then would hang holding carol's turn lock, which no other
+        # worker may take. This test stops an idle worker.
+        await wait_for(lambda: turn_lock_free(fresh_postgres_url, "carol"))
         hung = worker_pid(gateway.process.pid, 1)
         os.kill(hung, signal.SIGSTOP)
         try:
@@ -423,6 +428,20 @@ async def test_a_hung_workers_senders_are_taken_over_by_another_and_answered_onc
         assert sorted(await replies_to("carol")) == ["warm-carol", "while-hung"]
     assert waited >= TAKEOVER_AFTER.total_seconds() - 1
     assert turn_workers_of(gateway) == {"alice": [0], "carol": [1, 0]}
+
+
+async def turn_lock_free(database_url: str, user_id: str) -> bool:
+    """Whether no process holds the user's turn lock (taken here and given back at once)."""
+    number = advisory_key(f"user:{user_id}")
+    database = Database(database_url)
+    try:
+        async with database.session() as db:
+            taken = await db.scalar(text("SELECT pg_try_advisory_lock(:n)"), {"n": number})
+            if taken:
+                await db.execute(text("SELECT pg_advisory_unlock(:n)"), {"n": number})
+            return bool(taken)
+    finally:
+        await database.dispose()
 
 
 async def _has(replies: Awaitable[list[str]], message_id: str) -> bool:
