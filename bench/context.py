@@ -64,13 +64,12 @@ compaction), `indexed_turns` (the user's recall index), the same for the thread 
 earlier session that names the client (the search found it through its rare word). The exit
 code is 1 when a goal is not met on some backend, 2 when the benchmark could not run.
 
-The rows are made in `context_rows` (no I/O) and written by `context_data`; this module times
-the assembly and reports.
+The rows are made in `context_rows` (no I/O) and written by `context_data`, the command line
+is `context_settings`; this module times the assembly and reports.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -92,6 +91,7 @@ import psycopg
 from benchkit import BenchError, progress, throwaway_database
 from context_data import CURRENT_SESSION_MESSAGES, HISTORY_USER, DataLoader, LoadedSession
 from context_rows import RARE_NAME, TextSource
+from context_settings import BenchSettings, parse_settings
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -108,26 +108,9 @@ from storage.local_transcripts import LocalTranscriptStore
 from storage.recall_index import RecallIndexRepository, merge_full_text
 from storage.recall_vectors import rebuild_vectors
 
-DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
-DEFAULT_SIZES = (100, 10_000, 100_000)
-BACKENDS = ("sqlite", "postgres")
 GOAL_RATIO = 1.5
 GOAL_HISTORY_P95_MS = 15.0
-DEFAULT_HISTORY_TURNS = 100_000
 SEED = 20240601
-
-
-@dataclass(frozen=True, slots=True)
-class BenchSettings:
-    """The command line, validated."""
-
-    sizes: tuple[int, ...]
-    history_turns: int
-    neighbour_turns: int
-    runs: int
-    warmup: int
-    backends: tuple[str, ...]
-    admin_url: str
 
 
 # --- measuring ----------------------------------------------------------------------------
@@ -343,70 +326,6 @@ def run_one(backend: str, settings: BenchSettings) -> dict[str, Any]:
             progress(f"  database {name}")
             url = database_url(settings.admin_url, name)
             return asyncio.run(run_backend(url, settings, workdir, analyze=True))
-
-
-# --- command line -------------------------------------------------------------------------
-
-
-def parse_settings(argv: Sequence[str] | None) -> BenchSettings:
-    """The command line."""
-    parser = argparse.ArgumentParser(
-        description="Context-assembly time for sessions of growing length, SQLite and PostgreSQL."
-    )
-    parser.add_argument(
-        "--sizes",
-        default=",".join(str(size) for size in DEFAULT_SIZES),
-        help="session lengths in messages, comma-separated (100,10000,100000; '' for none)",
-    )
-    parser.add_argument(
-        "--history-turns",
-        type=int,
-        default=DEFAULT_HISTORY_TURNS,
-        help=f"indexed turns of the user with a long history ({DEFAULT_HISTORY_TURNS}; 0: none)",
-    )
-    parser.add_argument(
-        "--neighbour-turns",
-        type=int,
-        default=0,
-        help="other users' turns written after the long history, before its user's recent "
-        "sessions (0)",
-    )
-    parser.add_argument("--runs", type=int, default=50, help="measured calls per case (50)")
-    parser.add_argument("--warmup", type=int, default=5, help="uncounted calls per case first (5)")
-    parser.add_argument(
-        "--backends", default=",".join(BACKENDS), help="sqlite and/or postgres (both)"
-    )
-    parser.add_argument(
-        "--database-url",
-        default=DEFAULT_ADMIN_URL,
-        help=f"PostgreSQL admin URL ({DEFAULT_ADMIN_URL})",
-    )
-    args = parser.parse_args(argv)
-    try:
-        sizes = tuple(sorted({int(size) for size in args.sizes.split(",") if size.strip()}))
-    except ValueError:
-        parser.error(f"--sizes {args.sizes}: expected numbers separated by commas")
-    if sizes and min(sizes) < 2:
-        parser.error("--sizes: session lengths are 2 messages or more")
-    if args.history_turns < 0 or args.neighbour_turns < 0:
-        parser.error("--history-turns and --neighbour-turns must be 0 or more")
-    if not sizes and not args.history_turns:
-        parser.error("nothing to measure: give --sizes or --history-turns")
-    backends = tuple(name.strip() for name in args.backends.split(",") if name.strip())
-    unknown = set(backends) - set(BACKENDS)
-    if not backends or unknown:
-        parser.error(f"--backends: choose from {', '.join(BACKENDS)}")
-    if args.runs < 1 or args.warmup < 0:
-        parser.error("--runs must be positive and --warmup >= 0")
-    return BenchSettings(
-        sizes=sizes,
-        history_turns=args.history_turns,
-        neighbour_turns=args.neighbour_turns,
-        runs=args.runs,
-        warmup=args.warmup,
-        backends=backends,
-        admin_url=args.database_url,
-    )
 
 
 def _interrupt_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
