@@ -24,8 +24,8 @@ the automatic search runs on every turn and a user's history only grows:
 
 So one search scores at most `window + max_terms * rare_postings` entries (`examined`),
 whatever the length of the history. A common word's older occurrences are not looked up (an
-old passage found through a rare word still counts it on PostgreSQL, which scores every
-candidate on every word; SQLite counts it within the window only). A history no longer than
+old passage found through a rare word still counts it: PostgreSQL scores every candidate on
+every word, SQLite the old passages the rare words weigh most in). A history no longer than
 the window is searched completely.
 
 Scores are BM25 with the user's own statistics (`recall_stats`: number of entries and their

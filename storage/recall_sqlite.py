@@ -18,8 +18,10 @@ what everyone wrote meanwhile, and other users' use of a word does not make it l
 (which would leave the user's own rare mentions of it unsearched). When the user wrote most of
 the range, reading every posting in it is cheaper than stepping through theirs.
 
-A common word's occurrences are counted within the window only, even in an old passage
-found through a rare word. The bound itself is `storage.recall_index`'s.
+A common word's occurrences are counted within the window and in the old passages found
+through rare words that those weigh most in (`OLD_PASSAGES_SCORED`, each looked up by its id:
+PostgreSQL scores every candidate on every word). The bound itself is
+`storage.recall_index`'s.
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ CROWDED_RANGE = 2
 """A turn window's id range holding more than this many entries for each of the user's is
 searched among the user's own postings (see the module docstring)."""
 
+OLD_PASSAGES_SCORED = 30
+"""Of the passages found through rare words outside the window, how many (those the rare words
+weigh most in, then the latest) are also scored on the common words: each costs a lookup a
+common word (about 0.01 ms)."""
+
 FEW_IN_WINDOW = 2
 """A word seen in at most this many of a full window's entries has its postings of the whole
 history read (at most `rare_postings + 1`), however large the history: the window's sightings
@@ -92,6 +99,11 @@ _IN_WINDOW_HITS = (
 _LATEST = (
     "SELECT {n} AS term, latest.rowid AS id FROM (SELECT recall_fts.rowid FROM recall_fts "
     "WHERE recall_fts MATCH :user_match_{n} ORDER BY recall_fts.rowid DESC LIMIT :cap) AS latest"
+)
+# An old passage found through a rare word, looked up by its id under a common word.
+_OLD_PASSAGE_HITS = (
+    "SELECT recall_fts.rowid AS id, :weight_{n} AS weight FROM recall_fts "
+    "WHERE recall_fts MATCH :plain_{n} AND recall_fts.rowid IN (SELECT value FROM json_each(:old))"
 )
 _LISTED_HITS = (
     "SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS weight "
@@ -215,6 +227,18 @@ async def _latest_postings(
     return postings
 
 
+def _old_passages(listed: Sequence[tuple[int, float]], window: _Window) -> list[int]:
+    """The passages found through rare words outside the window (the window's hits count
+    the common words of those inside it), at most `OLD_PASSAGES_SCORED`: those the rare words
+    weigh most in, then the latest."""
+    weight: dict[int, float] = {}
+    for entry_id, rare_weight in listed:
+        if not window.low <= entry_id <= window.high:
+            weight[entry_id] = weight.get(entry_id, 0.0) + rare_weight
+    ranked = sorted(weight, key=lambda entry_id: (-weight[entry_id], -entry_id))
+    return ranked[:OLD_PASSAGES_SCORED]
+
+
 async def search_sqlite(
     session: driver_rows.DriverScope,
     terms: Sequence[str],
@@ -287,6 +311,16 @@ async def search_sqlite(
     if listed:
         hits.append(_LISTED_HITS)
         params["listed"] = json.dumps(listed)
+        old = _old_passages(listed, window)
+        common = [term for term in searched if not term.rare]
+        if old and common:
+            # As on PostgreSQL, an old passage found through a rare word also counts the
+            # common words it holds: else the recent turns, which share many of them with the
+            # message, outrank the passage that answers.
+            params["old"] = json.dumps(old)
+            for term in common:
+                hits.append(_OLD_PASSAGE_HITS.format(n=term.key))
+                params[f"plain_{term.key}"] = _match("", kinds, terms[int(term.key)])
     # The window's id range as the counts found it: the search does not read it again.
     params.update(low=window.low, high=window.high)
     params["avgdl"] = (

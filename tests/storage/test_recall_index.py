@@ -432,3 +432,20 @@ async def test_words_other_users_wrote_meanwhile_do_not_hide_a_users_rare_word(
     found, examined = await bounded(database, "zeppelin")
     assert found == ["Where are the zeppelin tickets?", "Zeppelin tickets booked for Priya."]
     assert examined <= SMALL.most_examined
+
+
+async def test_an_old_passage_found_through_a_rare_word_counts_the_common_words_too(
+    database: Database,
+) -> None:
+    await make_user(database, "alice", "Alice")
+    museum, tickets = "Zeppelin museum visit.", "Zeppelin tickets ready for the budget review."
+    await add_history(database, "alice", [museum, tickets], day=0)
+    recent = [
+        f"Budget review notes ({n})." if n % 4 == 0 else f"Lunch and travel ({n})."
+        for n in range(100)
+    ]
+    await add_history(database, "alice", recent, day=1)
+    found, _ = await bounded(database, "zeppelin", "budget", "review")
+    # Both old turns are found through "zeppelin"; the one that also names the budget review
+    # ranks first, though the shorter one weighs more on "zeppelin" alone.
+    assert found[:2] == [tickets, museum]
