@@ -363,6 +363,8 @@ class SessionEngine:
         except StorageError as exc:
             log.warning("recall.failed", user_id=user_id, error=str(exc))
             return ()
+        if not hits:
+            return ()
         excerpts: list[EarlierExcerpt] = []
         used = 0
         words = question_words(query)

@@ -100,10 +100,11 @@ _LATEST = (
     "SELECT {n} AS term, latest.rowid AS id FROM (SELECT recall_fts.rowid FROM recall_fts "
     "WHERE recall_fts MATCH :user_match_{n} ORDER BY recall_fts.rowid DESC LIMIT :cap) AS latest"
 )
-# An old passage found through a rare word, looked up by its id under a common word.
+# An old passage found through a rare word, looked up by its id under a common word (the
+# word's query in the window).
 _OLD_PASSAGE_HITS = (
     "SELECT recall_fts.rowid AS id, :weight_{n} AS weight FROM recall_fts "
-    "WHERE recall_fts MATCH :plain_{n} AND recall_fts.rowid IN (SELECT value FROM json_each(:old))"
+    "WHERE recall_fts MATCH :match_{n} AND recall_fts.rowid IN (SELECT value FROM json_each(:old))"
 )
 _LISTED_HITS = (
     "SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS weight "
@@ -135,9 +136,10 @@ def _fts_string(value: str) -> str:
 
 def _match(user_id: str, kinds: Sequence[str], term: str) -> str:
     """The FTS5 query for one word: of one user's entries of these kinds when `user_id`
-    is given; in the window, of these kinds when they are not just turns (see above)."""
+    is given; in the window, of these kinds when they are not just turns (see above). No
+    `kinds`: of any kind (the search keeps the kinds it wants when it reads the entries)."""
     match = f"body : {_fts_string(term)}"
-    if kinds != [TURN] or user_id:
+    if kinds and (list(kinds) != [TURN] or user_id):
         match = "kind : (" + " OR ".join(_fts_string(k) for k in kinds) + f") AND {match}"
     if has_tokens(user_id):
         match = f"user_id : {_fts_string(user_id)} AND {match}"
@@ -157,12 +159,6 @@ class _Window:
     total_length: float
     counts: Sequence[int]
     matches: Mapping[int, str]
-
-
-def _own_match(user_id: str, term: str) -> str:
-    """The FTS5 query for one word among one user's postings, of whatever kind (the search
-    keeps the kinds it wants when it reads the entries)."""
-    return f"user_id : {_fts_string(user_id)} AND body : {_fts_string(term)}"
 
 
 async def _window(
@@ -185,7 +181,7 @@ async def _window(
     # FTS5 cannot tokenize names nothing to look up).
     user_id = params["user_id"]
     by_user = list(kinds) == [TURN] and has_tokens(user_id)
-    own = {n: _own_match(user_id, term) for n, term in enumerate(considered)} if by_user else {}
+    own = {n: _match(user_id, (), term) for n, term in enumerate(considered)} if by_user else {}
     params |= {f"user_match_{n}": match for n, match in own.items()}
     count = _IN_TURN_WINDOW_COUNT if by_user else _IN_WINDOW_COUNT
     sql = (
@@ -318,9 +314,7 @@ async def search_sqlite(
             # common words it holds: else the recent turns, which share many of them with the
             # message, outrank the passage that answers.
             params["old"] = json.dumps(old)
-            for term in common:
-                hits.append(_OLD_PASSAGE_HITS.format(n=term.key))
-                params[f"plain_{term.key}"] = _match("", kinds, terms[int(term.key)])
+            hits += [_OLD_PASSAGE_HITS.format(n=term.key) for term in common]
     # The window's id range as the counts found it: the search does not read it again.
     params.update(low=window.low, high=window.high)
     params["avgdl"] = (

@@ -414,7 +414,11 @@ async def test_a_hung_workers_senders_are_taken_over_by_another_and_answered_onc
         # The reply shows before its turn is over (its topic, the drain's next read): a
         # worker stopped before then would hang holding carol's turn lock, which no other
         # worker may take. This test stops an idle worker.
-        await wait_for(lambda: turn_lock_free(fresh_postgres_url, "carol"))
+        database = Database(fresh_postgres_url)
+        try:
+            await wait_for(lambda: turn_lock_free(database, "carol"))
+        finally:
+            await database.dispose()
         hung = worker_pid(gateway.process.pid, 1)
         os.kill(hung, signal.SIGSTOP)
         try:
@@ -430,18 +434,14 @@ async def test_a_hung_workers_senders_are_taken_over_by_another_and_answered_onc
     assert turn_workers_of(gateway) == {"alice": [0], "carol": [1, 0]}
 
 
-async def turn_lock_free(database_url: str, user_id: str) -> bool:
+async def turn_lock_free(database: Database, user_id: str) -> bool:
     """Whether no process holds the user's turn lock (taken here and given back at once)."""
     number = advisory_key(f"user:{user_id}")
-    database = Database(database_url)
-    try:
-        async with database.session() as db:
-            taken = await db.scalar(text("SELECT pg_try_advisory_lock(:n)"), {"n": number})
-            if taken:
-                await db.execute(text("SELECT pg_advisory_unlock(:n)"), {"n": number})
-            return bool(taken)
-    finally:
-        await database.dispose()
+    async with database.session() as db:
+        taken = await db.scalar(text("SELECT pg_try_advisory_lock(:n)"), {"n": number})
+        if taken:
+            await db.execute(text("SELECT pg_advisory_unlock(:n)"), {"n": number})
+        return bool(taken)
 
 
 async def _has(replies: Awaitable[list[str]], message_id: str) -> bool:
