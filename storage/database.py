@@ -259,11 +259,13 @@ class Database:
 
     @asynccontextmanager
     async def driver_reading(self) -> AsyncIterator[driver_rows.DriverScope]:
-        """`reading` for statements through the driver only: on PostgreSQL a transaction on a
-        lent connection (`driver_transaction`, without a session: about 0.5 CPU-ms less for
-        each of a recall search's two halves), on SQLite a deferred transaction (no write
-        lock) on a connection of its own (`storage.sqlite_readers`: about 0.5 CPU-ms less
-        than a session too), or `reading` for a database in memory."""
+        """A scope for statements through the driver that only read and need no one
+        snapshot (a recall search's halves): on PostgreSQL a transaction on a lent connection
+        (`driver_transaction`, without a session: about 0.5 CPU-ms less for each of a recall
+        search's two halves; its statements set planner settings for the transaction), on
+        SQLite a connection of its own in autocommit, each statement reading the last commit
+        (`storage.sqlite_readers`: about 0.5 CPU-ms less than a session too), or `reading`
+        for a database in memory."""
         if self._sqlite_readers is not None:
             async with self._sqlite_readers.reading() as lent:
                 yield lent

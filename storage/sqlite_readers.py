@@ -1,18 +1,23 @@
-"""SQLite connections that this process keeps for read-only transactions of driver statements.
+"""SQLite connections that this process keeps for read-only driver statements.
 
-A recall search reads in two transactions of its own, side by side (`Database.driver_reading`).
+A recall search reads in two halves of its own, side by side (`Database.driver_reading`).
 Through a SQLAlchemy session each one cost the event loop about 0.6 ms of CPU with a single
-statement, against 0.1 ms on an aiosqlite connection of its own (`BEGIN DEFERRED`, the
-statement, `COMMIT`; a scratch loop on the database of `bench/context.py`): the session's
-state machine, the pool's checkout and the greenlet hops, not the statement. `SqliteReaders`
-keeps a few such connections to the database file and lends one for the length of a block,
-as `storage.autocommit` does on PostgreSQL.
+statement, against 0.1 ms on an aiosqlite connection of its own (a scratch loop on the
+database of `bench/context.py`): the session's state machine, the pool's checkout and the
+greenlet hops, not the statement. `SqliteReaders` keeps a few such connections to the
+database file and lends one for the length of a block, as `storage.autocommit` does on
+PostgreSQL.
 
-Under WAL a deferred transaction that only reads takes no lock and sees one snapshot of the
-database (from its first read), beside the one writer; it never writes here. A connection
-comes back to the idle list only when its transaction ended cleanly; one that failed is
-closed (the next block opens another). A database in memory has nothing to share between
-connections: `Database` uses its sessions there.
+The statements run in autocommit: each one reads the snapshot of the last commit when it
+starts (under WAL it takes no lock, beside the one writer) and holds nothing after it. No
+`BEGIN DEFERRED` and `COMMIT` go around them, each a hop to the connection's thread: on the
+long history of `bench/context.py`, an assembly took 0.1-0.5 ms less at the p50 and 0.4-0.5
+at the p95 (four A/B pairs). A block's statements may therefore see different commits; a
+recall search needs no one snapshot (later entries have higher ids than the window it
+counted, and entries deleted meanwhile drop out where it reads them). A connection comes back
+to the idle list only when its block ended cleanly; one that failed is closed (the next block
+opens another). A database in memory has nothing to share between connections: `Database`
+uses its sessions there.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ BUSY_TIMEOUT_MS = 5000
 
 class SqliteReaders:
     """At most `size` aiosqlite connections to the database file `path`, each lent to one
-    block at a time for one read-only transaction."""
+    block at a time for read-only statements in autocommit."""
 
     def __init__(self, path: str, *, size: int, info: dict[str, Any]) -> None:
         """Connections are opened on demand; `info` is what a session's `info` holds."""
@@ -53,16 +58,14 @@ class SqliteReaders:
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[LentSqlite]:
-        """A connection in a deferred transaction for the block (waiting while all of them
-        are lent), ended when the block ends; a database error is a `StorageError`."""
+        """A connection in autocommit for the block's reads (waiting while all of them are
+        lent); a database error is a `StorageError`."""
         async with self._slots:
             raw = self._idle.pop() if self._idle else await self._connect()
             self._lent += 1
             clean = False
             try:
-                await raw.execute("BEGIN DEFERRED")
                 yield LentSqlite(raw, self._info)
-                await raw.execute("COMMIT")
                 clean = True
             except sqlite3.Error as exc:
                 raise driver_rows.driver_error(exc) from exc
@@ -82,8 +85,8 @@ class SqliteReaders:
         if clean and not self._closed and not raw.in_transaction:
             self._idle.append(raw)
             return
-        # The block failed (or was cancelled) inside its transaction: end it, and keep no
-        # connection whose state is unknown.
+        # The block failed (or was cancelled): keep no connection whose state is unknown
+        # (a statement of its own may have left a transaction open).
         with suppress(sqlite3.Error, ValueError):
             if raw.in_transaction:
                 await raw.execute("ROLLBACK")

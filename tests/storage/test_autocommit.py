@@ -223,12 +223,13 @@ async def test_on_sqlite_a_driver_reading_has_a_connection_of_its_own_beside_the
             await db.execute(text("CREATE TABLE notes (body text NOT NULL)"))
             await db.execute(text("INSERT INTO notes VALUES ('one')"))
         # A writer holds the write lock with a row not committed yet: the reading neither
-        # waits for it nor sees the row, and holds its snapshot to its end.
+        # waits for it nor sees the row, and leaves no transaction open.
         async with database.session() as writer:
             await writer.execute(text("INSERT INTO notes VALUES ('two')"))
             async with asyncio.timeout(2), database.driver_reading() as scope:
                 assert isinstance(scope, driver_rows.LentSqlite)
                 assert await driver_rows.rows(scope, count, {}) == [(1,)]
+                assert not scope.raw.in_transaction
                 assert database.connections_in_use() == 2  # the writer's and this one
         # A failed reading is a StorageError and leaves nothing held; the next one reads.
         with pytest.raises(StorageError, match="no such table"):
@@ -237,6 +238,10 @@ async def test_on_sqlite_a_driver_reading_has_a_connection_of_its_own_beside_the
         assert database.connections_in_use() == 0
         async with database.driver_reading() as scope:
             assert await driver_rows.rows(scope, count, {}) == [(2,)]
+            async with database.session() as db:
+                await db.execute(text("INSERT INTO notes VALUES ('three')"))
+            # Each statement reads the last commit: the block holds no snapshot.
+            assert await driver_rows.rows(scope, count, {}) == [(3,)]
     finally:
         await database.dispose()
     # A database in memory is one connection's: readings go through its sessions.
