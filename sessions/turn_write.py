@@ -2,12 +2,13 @@
 session's counters and usage, the channel it came through, the inbound event finished and
 the reply in the outbox, committed together or not at all.
 
-The statements go through the driver in one pipeline (`storage.driver_rows`). On PostgreSQL
-the `COMMIT` follows them in the same round trip, and what the turn must not commit without
-(its event still pending, its session's last number still the one it read under the user's
-turn lock) the statements check themselves (`storage.turn_store`): a refusal aborts the
-transaction and surfaces at the next statement sent or at the commit. On SQLite the answers
-are checked before the caller's session commits.
+The statements (`storage.turn_store.send_turn`: two on PostgreSQL, six on SQLite) go
+through the driver in one pipeline (`storage.driver_rows`). On PostgreSQL they end in one
+`Sync` that commits them, and what the turn must not commit without (its event still
+pending, its session's last number still the one it read under the user's turn lock) the
+statement checks itself: a refusal aborts the transaction and surfaces at the next statement
+sent or at the commit. On SQLite the answers are checked before the caller's session
+commits.
 """
 
 from __future__ import annotations
@@ -24,17 +25,16 @@ from sessions.files.turn_files import TurnFiles
 from sessions.llm import estimate_tokens
 from sessions.routing import Route
 from sessions.turn_values import LIVE_REPLY_KEY, TurnSupersededError, UserTurn
-from storage.driver_rows import DriverScope, Pipeline, RequirementError, Sent, pipelined
+from storage.driver_rows import DriverScope, Pipeline, RequirementError, pipelined
 from storage.models import InboundStatus
-from storage.repositories.outbox import QueuedReply, SentReply, send_enqueue
-from storage.repositories.sessions import send_channel
+from storage.repositories.outbox import QueuedReply, ReplyRow, reply_row
 from storage.turn_store import (
     EVENT_ANSWERED_ELSEWHERE,
+    ChannelUse,
     MessageToStore,
-    SentMessages,
+    TurnRows,
     TurnUsage,
-    finish_inbound_event,
-    send_turn_messages,
+    send_turn,
 )
 
 
@@ -111,60 +111,48 @@ async def write_turn(
     `TurnSupersededError` when the event was finished elsewhere, `StorageError` when the
     session's messages moved on: nothing is then written."""
     arrival, session_id, outcome = turn.arrival, route.session.id, reply.outcome
-    async with _pipelined_write(db, turn.event_id) as pipeline:
-        # Numbered after the last message the turn read: under the user's turn lock
-        # nothing else appends to the session (checked before anything commits).
-        sent = await send_turn_messages(
-            db,
-            session_id,
-            to_store,
-            after_seq=route.session.last_seq,
-            at=at,
-            usage=TurnUsage(outcome.input_tokens, outcome.output_tokens, outcome.context_tokens)
-            if outcome
-            else None,
-        )
-        await send_channel(
-            db,
-            session_id,
+    rows = TurnRows(
+        session_id,
+        to_store,
+        # Numbered after the last message the turn read: under the user's turn lock nothing
+        # else appends to the session (checked before anything commits).
+        after_seq=route.session.last_seq,
+        usage=TurnUsage(outcome.input_tokens, outcome.output_tokens, outcome.context_tokens)
+        if outcome
+        else None,
+        channel=ChannelUse(
             arrival.channel_type,
             arrival.channel_id,
             "" if route.thread_taken else arrival.thread_id,
-            at=at,
-        )
-        finished = await finish_inbound_event(
-            db,
-            turn.event_id,
-            InboundStatus.DONE if outcome else InboundStatus.FAILED,
-            at=at,
-            user_id=arrival.user_id,
-            session_id=session_id,
-            seq=sent.first_seq,
-            error=reply.failure,
-        )
-        queued = await _send_reply(db, turn, session_id, reply, at=at, lease=reply_lease)
+        ),
+        event_id=turn.event_id,
+        status=InboundStatus.DONE if outcome else InboundStatus.FAILED,
+        user_id=arrival.user_id,
+        reply=_reply_row(turn, session_id, reply, at=at, lease=reply_lease),
+        error=reply.failure,
+    )
+    async with _pipelined_write(db, turn.event_id) as pipeline:
+        sent = await send_turn(db, rows, at=at)
         await pipeline.commit()
-    await _check(turn.event_id, finished, sent)
-    outbound = None if turn.reply_to.delivered_on_store else await queued.value()
+    # On PostgreSQL the statement checked these itself, before its commit (`_pipelined_write`
+    # maps what it refused), and the answers agree; on SQLite they are checked here, and the
+    # session commits when it ends.
+    if not await sent.event_was_pending():
+        raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(turn.event_id))
+    await sent.confirm()
+    outbound = None if turn.reply_to.delivered_on_store else await sent.stored_reply()
     return sent.first_seq, outbound
 
 
-async def _send_reply(
-    db: DriverScope,
-    turn: UserTurn,
-    session_id: str,
-    reply: TurnReply,
-    *,
-    at: datetime,
-    lease: timedelta,
-) -> SentReply:
+def _reply_row(
+    turn: UserTurn, session_id: str, reply: TurnReply, *, at: datetime, lease: timedelta
+) -> ReplyRow:
     """The reply's outbox row, queued already claimed by this process for `lease`."""
     address = turn.reply_to
     reply_context = dict(address.reply_context)
     if reply.live is not None:
         reply_context[LIVE_REPLY_KEY] = dict(reply.live)
-    return await send_enqueue(
-        db,
+    return reply_row(
         delivered=address.delivered_on_store,
         message_id=reply.outbound_id,
         channel_type=address.channel_type,
@@ -203,13 +191,3 @@ async def _pipelined_write(db: DriverScope, event_id: int) -> AsyncIterator[Pipe
         if failed.reason == EVENT_ANSWERED_ELSEWHERE:
             raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id)) from failed
         raise
-
-
-async def _check(event_id: int, finished: Sent, sent: SentMessages) -> None:
-    """Whether a turn's writes may stand: its event was still pending and its session's last
-    number still the one it read. On PostgreSQL the statements checked that themselves,
-    before their commit (`_pipelined_write` maps what they refuse), and these answers agree;
-    on SQLite they are checked here, and the session commits when it ends."""
-    if not await finished.rows():
-        raise TurnSupersededError(EVENT_ANSWERED_ELSEWHERE, key=str(event_id))
-    await sent.confirm()

@@ -59,6 +59,7 @@ from storage.driver_values import (
     converted,
     json_value,
     numbered,
+    prefixed,
     psycopg_sql,
     psycopg_value,
     sqlite_value,
@@ -82,6 +83,7 @@ __all__ = [
     "numbered",
     "on_sqlite",
     "pipelined",
+    "prefixed",
     "required",
     "rows",
     "send",
@@ -352,7 +354,8 @@ class Sent:
     async def rows(self) -> list[tuple[Any, ...]]:
         """Its rows, the columns at the positions `timestamps` aware in UTC (in a pipeline,
         after sending what is queued and waiting for it, unless that was done already; in an
-        atomic block, once the block has ended: a wait inside it would commit half of it)."""
+        atomic block, once the block has ended: a wait inside it would commit half of it).
+        Read once: a second call gives the same rows."""
         if self._cursor is None:
             return self._found
         try:
@@ -363,7 +366,8 @@ class Sent:
             found = await self._cursor.fetchall() if self._cursor.description is not None else []
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
-        return converted(found, self._timestamps)
+        self._cursor, self._found = None, converted(found, self._timestamps)
+        return self._found
 
 
 async def send(

@@ -53,6 +53,20 @@ def values_list(names: Sequence[str], count: int) -> str:
     )
 
 
+def prefixed(sql: str, prefix: str, shared: Mapping[str, str] | None = None) -> str:
+    """`sql` with `prefix` before the name of each of its `:name` placeholders, but those
+    named in `shared`, which take the name given there: statements made parts of one (`WITH
+    a AS (…), b AS (…)`) keep their parameters apart, and send a value they share once."""
+    shared = shared or {}
+
+    def renamed(match: re.Match[str]) -> str:
+        if match[1]:
+            return match[1]
+        return ":" + shared.get(match[2], prefix + match[2])
+
+    return _LITERAL_OR_PLACEHOLDER.sub(renamed, sql)
+
+
 def numbered(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The parameters of `values_list`: each row's values under `name_i`."""
     return {

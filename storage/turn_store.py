@@ -16,13 +16,23 @@ are checked before they commit: on SQLite by the caller, reading the answers (`S
 confirm`, the event's finish found pending); on PostgreSQL by the statements themselves
 (`driver_rows.required`), so that the writes go with their `COMMIT` in one round trip
 (`driver_rows.Pipeline.commit`).
+
+A turn's whole write (`send_turn`: its messages, the counters, the channel it came through,
+its event's finish and its reply's outbox row) is on PostgreSQL one statement, the parts
+data-modifying CTEs whose final `SELECT` checks the requirements (a refusal aborts the whole
+statement), and one more for the vectors: those are read from the index entries the
+messages' triggers write, which the statement's other parts cannot see. A turn's write then
+cost 0.94-0.95 CPU-ms (medians of 900 writes) against 0.98-1.03 as six statements, and the
+offline `bench/e2e.py` run's event loop 0.13-0.19 ms a message less (`bench/README.md`).
+SQLite, which has no data-modifying CTEs, sends the six.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +42,7 @@ from errors import StorageError
 from storage import driver_rows
 from storage.models import InboundStatus
 from storage.recall_vectors import write_turn_vectors
+from storage.repositories.outbox import ENQUEUE, QueuedReply, ReplyRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,27 +207,40 @@ async def _send_messages(
 ) -> None:
     """The messages' rows numbered from `first_seq`, and their vectors."""
     await driver_rows.send(
-        db,
-        _insert_messages(len(messages)),
-        driver_rows.numbered(
-            [
-                {
-                    "session_id": session_id,
-                    "seq": first_seq + position,
-                    "role": message.role,
-                    "channel_type": message.channel_type,
-                    "thread_id": message.thread_id,
-                    "message_id": message.message_id,
-                    "in_reply_to": message.in_reply_to,
-                    "content": message.content,
-                    "tokens": message.tokens,
-                    "created_at": at,
-                    "metadata": driver_rows.JsonValue(dict(message.metadata)),
-                }
-                for position, message in enumerate(messages)
-            ]
-        ),
+        db, _insert_messages(len(messages)), _message_rows(session_id, messages, first_seq, at)
     )
+    await _send_vectors(db, session_id, messages, first_seq)
+
+
+def _message_rows(
+    session_id: str, messages: Sequence[MessageToStore], first_seq: int, at: datetime
+) -> dict[str, Any]:
+    return driver_rows.numbered(
+        [
+            {
+                "session_id": session_id,
+                "seq": first_seq + position,
+                "role": message.role,
+                "channel_type": message.channel_type,
+                "thread_id": message.thread_id,
+                "message_id": message.message_id,
+                "in_reply_to": message.in_reply_to,
+                "content": message.content,
+                "tokens": message.tokens,
+                "created_at": at,
+                "metadata": driver_rows.JsonValue(dict(message.metadata)),
+            }
+            for position, message in enumerate(messages)
+        ]
+    )
+
+
+async def _send_vectors(
+    db: driver_rows.DriverScope,
+    session_id: str,
+    messages: Sequence[MessageToStore],
+    first_seq: int,
+) -> None:
     # Dense recall's vectors, in the same transaction as the entries the triggers just wrote.
     await write_turn_vectors(
         db,
@@ -244,13 +268,218 @@ async def finish_inbound_event(
     return await driver_rows.send(
         db,
         _FINISH if await driver_rows.on_sqlite(db) else _FINISH_REQUIRED,
-        {
-            "status": status.value,
-            "at": at,
-            "error": error,
-            "user_id": user_id,
-            "session_id": session_id,
-            "seq": seq,
-            "event_id": event_id,
-        },
+        _finish(event_id, status, at, user_id=user_id, session_id=session_id, seq=seq, error=error),
     )
+
+
+def _finish(
+    event_id: int,
+    status: InboundStatus,
+    at: datetime,
+    *,
+    user_id: str | None,
+    session_id: str | None,
+    seq: int | None,
+    error: str | None,
+) -> dict[str, Any]:
+    return {
+        "status": status.value,
+        "at": at,
+        "error": error,
+        "user_id": user_id,
+        "session_id": session_id,
+        "seq": seq,
+        "event_id": event_id,
+    }
+
+
+_RECORD_CHANNEL = """INSERT INTO session_channels
+    (session_id, channel_type, channel_id, thread_id, joined_at, last_message_at, message_count)
+    VALUES (:session_id, :channel_type, :channel_id, :thread_id, :at, :at, 1)
+    ON CONFLICT (session_id, channel_type, channel_id, thread_id)
+    DO UPDATE SET last_message_at = excluded.last_message_at,
+    message_count = session_channels.message_count + 1"""
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelUse:
+    """The channel and thread ("": none) a session's message came through."""
+
+    channel_type: str
+    channel_id: str
+    thread_id: str = ""
+
+    def params(self, session_id: str, at: datetime) -> dict[str, Any]:
+        """`_RECORD_CHANNEL`'s parameters."""
+        return {
+            "session_id": session_id,
+            "channel_type": self.channel_type,
+            "channel_id": self.channel_id,
+            "thread_id": self.thread_id,
+            "at": at,
+        }
+
+
+async def send_channel(
+    scope: driver_rows.DriverScope,
+    session_id: str,
+    channel_type: str,
+    channel_id: str,
+    thread_id: str,
+    *,
+    at: datetime,
+) -> None:
+    """Note that a message of the session came through this channel/thread (in a
+    `driver_rows.pipelined` block without waiting)."""
+    channel = ChannelUse(channel_type, channel_id, thread_id)
+    await driver_rows.send(scope, _RECORD_CHANNEL, channel.params(session_id, at))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRows:
+    """Everything a turn writes: its messages, numbered after `after_seq` (the session's
+    last number as read under the user's turn lock), what its model calls cost, the channel
+    its message came through, its event's finish (`status`, `error`) and its reply's row."""
+
+    session_id: str
+    messages: Sequence[MessageToStore]
+    after_seq: int
+    usage: TurnUsage | None
+    channel: ChannelUse
+    event_id: int
+    status: InboundStatus
+    user_id: str
+    reply: ReplyRow
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SentTurn:
+    """A turn's rows sent (`send_turn`), its first sequence number, and where its answers
+    are: the counters', the finish's and the reply's (a statement and the column of its
+    one row; on PostgreSQL all three are the one statement's)."""
+
+    session_id: str
+    first_seq: int
+    counters: tuple[driver_rows.Sent, int]
+    finished: tuple[driver_rows.Sent, int]
+    queued: tuple[driver_rows.Sent, int]
+    reply: QueuedReply  # its id not known yet
+
+    async def event_was_pending(self) -> bool:
+        """Whether the finish found the event pending (else someone else answered it)."""
+        return await _answer(self.finished) is not None
+
+    async def confirm(self) -> None:
+        """Raise `StorageError` when the session's last number was no longer the one read."""
+        if await _answer(self.counters) is None:
+            raise StorageError(SESSION_MOVED_ON, key=self.session_id)
+
+    async def stored_reply(self) -> QueuedReply:
+        """The reply as stored, with its id."""
+        return replace(self.reply, id=int(await _answer(self.queued)))
+
+
+async def _answer(answer: tuple[driver_rows.Sent, int]) -> Any:
+    sent, column = answer
+    found = await sent.rows()
+    return found[0][column] if found else None
+
+
+async def send_turn(db: driver_rows.DriverScope, turn: TurnRows, *, at: datetime) -> SentTurn:
+    """Send a turn's rows in the caller's transaction (in a `driver_rows.pipelined` block
+    without waiting); the caller checks the answers (`SentTurn`) before it commits on SQLite,
+    while PostgreSQL's statement refuses by itself what must not commit."""
+    session_id, messages, first_seq = turn.session_id, turn.messages, turn.after_seq + 1
+    counters = {**_counters(session_id, messages, at, turn.usage), "after_seq": turn.after_seq}
+    finish = _finish(
+        turn.event_id,
+        turn.status,
+        at,
+        user_id=turn.user_id,
+        session_id=session_id,
+        seq=first_seq,
+        error=turn.error,
+    )
+    channel = turn.channel.params(session_id, at)
+    if await driver_rows.on_sqlite(db):
+        counted = await driver_rows.send(db, _COUNTERS_AFTER, counters)
+        await _send_messages(db, session_id, messages, first_seq, at)
+        await driver_rows.send(db, _RECORD_CHANNEL, channel)
+        finished = await driver_rows.send(db, _FINISH, finish)
+        queued = await driver_rows.send(db, ENQUEUE, turn.reply.values)
+        answers = ((counted, 0), (finished, 0), (queued, 0))
+    else:
+        written = await driver_rows.send(db, _TURN_STATEMENT, _turn_params(turn, counters, finish))
+        await _send_vectors(db, session_id, messages, first_seq)
+        answers = ((written, 0), (written, 1), (written, 2))
+    return SentTurn(session_id, first_seq, *answers, turn.reply.reply)
+
+
+# PostgreSQL: a turn's rows but the vectors as one statement. Its one row is the session's new
+# last number, the finished event's id and the reply's, or it fails whole
+# (`driver_rows.required`: the counters' refusal first, as when they were statements of their
+# own). Every part writes even when a requirement fails: the failure then undoes them all (a
+# session that moved on usually fails first at the messages' unique numbers, a `StorageError`
+# too). The parts share the values they have in common, and the messages come as one array
+# per column: the same text and fewer than 50 parameters for any number of messages, which
+# psycopg parses once and caches (a statement of more is parsed again at every call: 0.1-0.3
+# ms of a turn).
+_MESSAGE_ARRAYS = {
+    "role": "text",
+    "channel_type": "text",
+    "thread_id": "text",
+    "message_id": "text",
+    "in_reply_to": "text",
+    "content": "text",
+    "tokens": "integer",
+    "metadata": "text",
+}
+_STORE_MESSAGES = (
+    f"INSERT INTO session_messages ({', '.join(_MESSAGE_COLUMNS)}) "  # noqa: S608 (names only)
+    "SELECT :session_id, :after_seq + m.n, m.role, m.channel_type, m.thread_id, m.message_id,"
+    " m.in_reply_to, m.content, m.tokens, :at, CAST(m.metadata AS json) FROM unnest("
+    + ", ".join(f"CAST(:m_{name} AS {kind}[])" for name, kind in _MESSAGE_ARRAYS.items())
+    + f") WITH ORDINALITY AS m({', '.join(_MESSAGE_ARRAYS)}, n)"
+)
+_SHARED = {"session_id": "session_id", "at": "at", "user_id": "user_id"}
+_REPLY_SHARED = {**_SHARED, "inbound_event_id": "event_id", "created_at": "at"}
+_TURN_STATEMENT = (
+    f"WITH counted AS ({_COUNTERS_AFTER}),\n"  # noqa: S608 (our own statements)
+    f"finished AS ({_FINISH}),\n"
+    f"stored AS ({_STORE_MESSAGES}),\n"
+    f"joined AS ({driver_rows.prefixed(_RECORD_CHANNEL, 'c_', _SHARED)}),\n"
+    f"queued AS ({driver_rows.prefixed(ENQUEUE, 'r_', _REPLY_SHARED)})\n"
+    "SELECT (SELECT max(last_seq) FROM counted HAVING "
+    f"{driver_rows.required(SESSION_MOVED_ON)}),\n"
+    "(SELECT max(id) FROM finished HAVING "
+    f"{driver_rows.required(EVENT_ANSWERED_ELSEWHERE)}),\n"
+    "(SELECT id FROM queued)"
+)
+
+
+def _turn_params(
+    turn: TurnRows, counters: Mapping[str, Any], finish: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`_TURN_STATEMENT`'s parameters (`counters` and `finish` already share theirs)."""
+    params = {**counters, **finish}
+    for name, value in turn.channel.params(turn.session_id, counters["at"]).items():
+        if name not in _SHARED:
+            params[f"c_{name}"] = value
+    for name, value in turn.reply.values.items():
+        if name not in _REPLY_SHARED:
+            params[f"r_{name}"] = value
+        elif value != params[_REPLY_SHARED[name]]:
+            raise StorageError(f"a turn's reply has another {name} than the turn")
+    messages = turn.messages
+    params |= {
+        "m_role": [m.role for m in messages],
+        "m_channel_type": [m.channel_type for m in messages],
+        "m_thread_id": [m.thread_id for m in messages],
+        "m_message_id": [m.message_id for m in messages],
+        "m_in_reply_to": [m.in_reply_to for m in messages],
+        "m_content": [m.content for m in messages],
+        "m_tokens": [m.tokens for m in messages],
+        "m_metadata": [json.dumps(dict(m.metadata)) for m in messages],
+    }
+    return params

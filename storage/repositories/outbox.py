@@ -65,7 +65,7 @@ class ClaimedReply:
     resumed: bool
 
 
-_ENQUEUED = (
+ENQUEUED = (
     "message_id",
     "user_id",
     "session_id",
@@ -85,9 +85,9 @@ _ENQUEUED = (
     "delivered_at",
     "platform_message_id",
 )
-_ENQUEUE = (
-    f"INSERT INTO outbound_messages ({', '.join(_ENQUEUED)}) "  # noqa: S608 (names only)
-    f"VALUES ({', '.join(':' + column for column in _ENQUEUED)}) RETURNING id"
+ENQUEUE = (
+    f"INSERT INTO outbound_messages ({', '.join(ENQUEUED)}) "  # noqa: S608 (names only)
+    f"VALUES ({', '.join(':' + column for column in ENQUEUED)}) RETURNING id"
 )
 
 
@@ -105,7 +105,7 @@ def _mark_delivered(count: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SentReply:
-    """A reply `OutboxRepository.send_enqueue` stored; `value` is the row, with its id."""
+    """A reply `send_enqueue` stored; `value` is the row, with its id."""
 
     sent: driver_rows.Sent
     reply: QueuedReply  # its id not known yet
@@ -116,8 +116,16 @@ class SentReply:
         return replace(self.reply, id=row_id)
 
 
-async def send_enqueue(
-    scope: driver_rows.DriverScope,
+@dataclass(frozen=True, slots=True)
+class ReplyRow:
+    """A reply's outbox row before it is stored: its columns (`ENQUEUE`'s parameters), and
+    the reply as `SentReply.value` gives it back, less the id the INSERT hands out."""
+
+    values: Mapping[str, Any]
+    reply: QueuedReply
+
+
+def reply_row(
     *,
     message_id: str,
     channel_type: str,
@@ -134,12 +142,10 @@ async def send_enqueue(
     attachment: dict[str, Any] | None = None,
     delivered: bool = False,
     claimed_until: datetime | None = None,
-) -> SentReply:
-    """Commit a reply for sending (the scope's transaction commits it); `delivered` for
-    channels whose clients fetch replies themselves, where being stored is being sent;
-    `claimed_until` for a reply the caller sends itself, as if claimed with that lease. In
-    a `driver_rows.pipelined` block the INSERT is queued: the row with its id comes
-    through `SentReply.value`."""
+) -> ReplyRow:
+    """The outbox row of a reply: `delivered` for channels whose clients fetch replies
+    themselves, where being stored is being sent; `claimed_until` for a reply the caller
+    sends itself, as if claimed with that lease."""
     status, next_attempt_at = OutboundStatus.PENDING, at
     if delivered:
         status = OutboundStatus.DELIVERED
@@ -166,11 +172,8 @@ async def send_enqueue(
         "delivered_at": at if delivered else None,
         "platform_message_id": message_id if delivered else None,
     }
-    # Every reply of every turn: through the driver (`storage.driver_rows`).
-    sent = await driver_rows.send(scope, _ENQUEUE, values)
-    # Its id comes with the answer (`SentReply.value`).
-    return SentReply(
-        sent,
+    return ReplyRow(
+        values,
         QueuedReply(
             id=0,
             message_id=message_id,
@@ -190,6 +193,14 @@ async def send_enqueue(
     )
 
 
+async def send_enqueue(scope: driver_rows.DriverScope, row: ReplyRow) -> SentReply:
+    """Commit a reply's row (`reply_row`) for sending; the scope's transaction commits it.
+    In a `driver_rows.pipelined` block the INSERT is queued: the row with its id comes
+    through `SentReply.value`."""
+    sent = await driver_rows.send(scope, ENQUEUE, row.values)
+    return SentReply(sent, row.reply)
+
+
 class OutboxRepository:
     """The durable outbox of replies."""
 
@@ -197,9 +208,9 @@ class OutboxRepository:
         self.session = session
 
     async def enqueue(self, **reply: Any) -> QueuedReply:
-        """Commit a reply for sending, with the arguments of `send_enqueue`; the row, waited
+        """Commit a reply for sending, with the arguments of `reply_row`; the row, waited
         for."""
-        return await (await send_enqueue(self.session, **reply)).value()
+        return await (await send_enqueue(self.session, reply_row(**reply))).value()
 
     async def claim_due(
         self, now: datetime, *, lease: timedelta, limit: int = 50

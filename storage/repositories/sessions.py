@@ -15,14 +15,7 @@ from storage import driver_rows
 from storage.column_types import utcnow
 from storage.models import Session, SessionChannel, SessionMessage, SessionStatus
 from storage.repositories.session_state import insert_session
-from storage.turn_store import MessageToStore, store_turn_messages
-
-_RECORD_CHANNEL = """INSERT INTO session_channels
-    (session_id, channel_type, channel_id, thread_id, joined_at, last_message_at, message_count)
-    VALUES (:session_id, :channel_type, :channel_id, :thread_id, :at, :at, 1)
-    ON CONFLICT (session_id, channel_type, channel_id, thread_id)
-    DO UPDATE SET last_message_at = excluded.last_message_at,
-    message_count = session_channels.message_count + 1"""
+from storage.turn_store import MessageToStore, send_channel, store_turn_messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,31 +28,6 @@ class OwnMessage:
     content: str
     metadata: dict[str, Any] | None
     created_at: datetime
-
-
-async def send_channel(
-    scope: driver_rows.DriverScope,
-    session_id: str,
-    channel_type: str,
-    channel_id: str,
-    thread_id: str,
-    *,
-    at: datetime,
-) -> None:
-    """Note that a message of the session came through this channel/thread (every turn
-    does: through the driver, as the turn's other writes, `storage.turn_store`; in a
-    `driver_rows.pipelined` block without waiting)."""
-    await driver_rows.send(
-        scope,
-        _RECORD_CHANNEL,
-        {
-            "session_id": session_id,
-            "channel_type": channel_type,
-            "channel_id": channel_id,
-            "thread_id": thread_id,
-            "at": at,
-        },
-    )
 
 
 class SessionRepository:
