@@ -349,6 +349,22 @@ async def test_inbox_accepts_messages_arriving_together_in_one_statement(
     assert stored is not None
     assert (stored.status, stored.attempts, stored.received_at) == ("pending", 0, T0)
     assert stored.raw_payload == {"raw": [1, None]}
+    # A batch of a hundred: ids in the batch's order, the stored ones and the repeats left
+    # out.
+    batch = [event(f"b{n}", f"web:u{n % 7}") for n in range(100)]
+    async with database.statement(writes=True) as scope:
+        ids = await accept_events(scope, [batch[0], event("m3", "web:bob"), *batch, batch[5]])
+    assert ids[1] is None  # stored before
+    assert ids[-1] is None  # twice in this batch
+    assert ids[2] is None  # b0, twice in this batch
+    new = [ids[0], *ids[3:-1]]
+    assert all(isinstance(found, int) for found in new)
+    assert new == sorted(new)
+    async with database.session() as session:
+        stored = await session.get(InboundEvent, ids[50])
+    assert stored is not None
+    assert (stored.message_id, stored.sender_key) == ("b48", "web:u6")
+    assert stored.message == {"content": "text of b48", "emoji": "\u2603"}
 
 
 async def test_inbox_accepts_a_message_id_once(database: Database) -> None:
