@@ -21,9 +21,11 @@ A turn's whole write (`send_turn`: its messages, the counters, the channel it ca
 its event's finish and its reply's outbox row) is on PostgreSQL one statement, the parts
 data-modifying CTEs whose final `SELECT` checks the requirements (a refusal aborts the whole
 statement), and one more for the vectors: those are read from the index entries the
-messages' triggers write, which the statement's other parts cannot see. A turn's write then
-cost 0.94-0.95 CPU-ms (medians of 900 writes) against 0.98-1.03 as six statements, and the
-offline `bench/e2e.py` run's event loop 0.13-0.19 ms a message less (`bench/README.md`).
+messages' triggers write, which the statement's other parts cannot see. Measured on a scratch
+loop of turns (medians of 900-1,400 writes, runs alternated), a turn's write cost 0.98-1.03
+CPU-ms as six statements, 0.94-0.95 as two with the messages as arrays, and 0.85-0.93 with a
+plain turn's two messages as values (0.93-1.00 as arrays in the same runs); the offline
+`bench/e2e.py` run's event loop spent 0.13-0.19 ms a message less (`bench/README.md`).
 SQLite, which has no data-modifying CTEs, sends the six.
 """
 
@@ -410,7 +412,7 @@ async def send_turn(db: driver_rows.DriverScope, turn: TurnRows, *, at: datetime
         queued = await driver_rows.send(db, ENQUEUE, turn.reply.values)
         answers = ((counted, 0), (finished, 0), (queued, 0))
     else:
-        written = await driver_rows.send(db, _TURN_STATEMENT, _turn_params(turn, counters, finish))
+        written = await driver_rows.send(db, *_turn_write(turn, counters, finish))
         await _send_vectors(db, session_id, messages, first_seq)
         answers = ((written, 0), (written, 1), (written, 2))
     return SentTurn(session_id, first_seq, *answers, turn.reply.reply)
@@ -421,47 +423,70 @@ async def send_turn(db: driver_rows.DriverScope, turn: TurnRows, *, at: datetime
 # (`driver_rows.required`: the counters' refusal first, as when they were statements of their
 # own). Every part writes even when a requirement fails: the failure then undoes them all (a
 # session that moved on usually fails first at the messages' unique numbers, a `StorageError`
-# too). The parts share the values they have in common, and the messages come as one array
-# per column: the same text and fewer than 50 parameters for any number of messages, which
-# psycopg parses once and caches (a statement of more is parsed again at every call: 0.1-0.3
-# ms of a turn).
-_MESSAGE_ARRAYS = {
-    "role": "text",
-    "channel_type": "text",
-    "thread_id": "text",
-    "message_id": "text",
-    "in_reply_to": "text",
-    "content": "text",
-    "tokens": "integer",
-    "metadata": "text",
-}
-_STORE_MESSAGES = (
-    f"INSERT INTO session_messages ({', '.join(_MESSAGE_COLUMNS)}) "  # noqa: S608 (names only)
-    "SELECT :session_id, :after_seq + m.n, m.role, m.channel_type, m.thread_id, m.message_id,"
-    " m.in_reply_to, m.content, m.tokens, :at, CAST(m.metadata AS json) FROM unnest("
-    + ", ".join(f"CAST(:m_{name} AS {kind}[])" for name, kind in _MESSAGE_ARRAYS.items())
-    + f") WITH ORDINALITY AS m({', '.join(_MESSAGE_ARRAYS)}, n)"
+# too). The parts share the values they have in common, so that a plain turn's statement (two
+# messages) has fewer than 50 parameters: psycopg parses a statement of more again at every
+# call (0.1-0.3 ms of a turn). A turn of more messages (tool calls and results) sends them as
+# one array per column, the same text for any number (psycopg dumps an array in Python: for
+# two messages, about 0.05 ms of the write more than their values one by one).
+_MESSAGE_VALUES = (
+    "role",
+    "channel_type",
+    "thread_id",
+    "message_id",
+    "in_reply_to",
+    "content",
+    "tokens",
+    "metadata",
 )
+_MESSAGE_ARRAYS = dict(zip(_MESSAGE_VALUES, [*["text"] * 6, "integer", "text"], strict=True))
+_MOST_AS_VALUES = 2
 _SHARED = {"session_id": "session_id", "at": "at", "user_id": "user_id"}
 _REPLY_SHARED = {**_SHARED, "inbound_event_id": "event_id", "created_at": "at"}
-_TURN_STATEMENT = (
-    f"WITH counted AS ({_COUNTERS_AFTER}),\n"  # noqa: S608 (our own statements)
-    f"finished AS ({_FINISH}),\n"
-    f"stored AS ({_STORE_MESSAGES}),\n"
-    f"joined AS ({driver_rows.prefixed(_RECORD_CHANNEL, 'c_', _SHARED)}),\n"
-    f"queued AS ({driver_rows.prefixed(ENQUEUE, 'r_', _REPLY_SHARED)})\n"
-    "SELECT (SELECT max(last_seq) FROM counted HAVING "
-    f"{driver_rows.required(SESSION_MOVED_ON)}),\n"
-    "(SELECT max(id) FROM finished HAVING "
-    f"{driver_rows.required(EVENT_ANSWERED_ELSEWHERE)}),\n"
-    "(SELECT id FROM queued)"
-)
 
 
-def _turn_params(
+def _store_messages(count: int) -> str:
+    columns = ", ".join(_MESSAGE_COLUMNS)
+    if count <= _MOST_AS_VALUES:
+        rows = ", ".join(
+            f"(:session_id, :after_seq + {n + 1}, :role_{n}, :channel_type_{n}, :thread_id_{n},"
+            f" :message_id_{n}, :in_reply_to_{n}, :content_{n}, :tokens_{n}, :at,"
+            f" CAST(:metadata_{n} AS json))"
+            for n in range(count)
+        )
+        return f"INSERT INTO session_messages ({columns}) VALUES {rows}"  # noqa: S608
+    arrays = ", ".join(f"CAST(:m_{name} AS {kind}[])" for name, kind in _MESSAGE_ARRAYS.items())
+    return (
+        f"INSERT INTO session_messages ({columns}) "  # noqa: S608 (names and placeholders)
+        "SELECT :session_id, :after_seq + m.n, m.role, m.channel_type, m.thread_id,"
+        " m.message_id, m.in_reply_to, m.content, m.tokens, :at, CAST(m.metadata AS json)"
+        f" FROM unnest({arrays}) WITH ORDINALITY AS m({', '.join(_MESSAGE_ARRAYS)}, n)"
+    )
+
+
+@functools.lru_cache(maxsize=_MOST_AS_VALUES + 1)
+def _turn_statement(values: int | None) -> str:
+    """The statement for `values` messages as rows of values, or any number as arrays
+    (None)."""
+    moved = driver_rows.required(SESSION_MOVED_ON)
+    answered = driver_rows.required(EVENT_ANSWERED_ELSEWHERE)
+    stored = _store_messages(_MOST_AS_VALUES + 1 if values is None else values)
+    return (
+        f"WITH counted AS ({_COUNTERS_AFTER}),\n"  # noqa: S608 (our own statements)
+        f"finished AS ({_FINISH}),\n"
+        f"stored AS ({stored}),\n"
+        f"joined AS ({driver_rows.prefixed(_RECORD_CHANNEL, 'c_', _SHARED)}),\n"
+        f"queued AS ({driver_rows.prefixed(ENQUEUE, 'r_', _REPLY_SHARED)})\n"
+        f"SELECT (SELECT max(last_seq) FROM counted HAVING {moved}),\n"
+        f"(SELECT max(id) FROM finished HAVING {answered}),\n"
+        "(SELECT id FROM queued)"
+    )
+
+
+def _turn_write(
     turn: TurnRows, counters: Mapping[str, Any], finish: Mapping[str, Any]
-) -> dict[str, Any]:
-    """`_TURN_STATEMENT`'s parameters (`counters` and `finish` already share theirs)."""
+) -> tuple[str, dict[str, Any]]:
+    """The turn's statement and its parameters (`counters` and `finish` already share
+    theirs)."""
     params = {**counters, **finish}
     for name, value in turn.channel.params(turn.session_id, counters["at"]).items():
         if name not in _SHARED:
@@ -471,15 +496,25 @@ def _turn_params(
             params[f"r_{name}"] = value
         elif value != params[_REPLY_SHARED[name]]:
             raise StorageError(f"a turn's reply has another {name} than the turn")
-    messages = turn.messages
-    params |= {
-        "m_role": [m.role for m in messages],
-        "m_channel_type": [m.channel_type for m in messages],
-        "m_thread_id": [m.thread_id for m in messages],
-        "m_message_id": [m.message_id for m in messages],
-        "m_in_reply_to": [m.in_reply_to for m in messages],
-        "m_content": [m.content for m in messages],
-        "m_tokens": [m.tokens for m in messages],
-        "m_metadata": [json.dumps(dict(m.metadata)) for m in messages],
-    }
-    return params
+    messages = [
+        (
+            m.role,
+            m.channel_type,
+            m.thread_id,
+            m.message_id,
+            m.in_reply_to,
+            m.content,
+            m.tokens,
+            json.dumps(dict(m.metadata)),
+        )
+        for m in turn.messages
+    ]
+    if len(messages) <= _MOST_AS_VALUES:
+        for n, values in enumerate(messages):
+            params |= {
+                f"{name}_{n}": value for name, value in zip(_MESSAGE_VALUES, values, strict=True)
+            }
+        return _turn_statement(len(messages)), params
+    for position, name in enumerate(_MESSAGE_VALUES):
+        params[f"m_{name}"] = [values[position] for values in messages]
+    return _turn_statement(None), params

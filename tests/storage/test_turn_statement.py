@@ -13,13 +13,12 @@ from errors import StorageError
 from storage.models import InboundStatus
 from storage.repositories.outbox import reply_row
 from storage.turn_store import (
-    _TURN_STATEMENT,
     ChannelUse,
     MessageToStore,
     TurnRows,
     _counters,
     _finish,
-    _turn_params,
+    _turn_write,
 )
 
 AT = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
@@ -48,19 +47,28 @@ def rows(messages: int, *, reply_session: str = "s1") -> TurnRows:
     )
 
 
-def params(turn: TurnRows) -> dict[str, object]:
+def write(turn: TurnRows) -> tuple[str, dict[str, object]]:
     counters = {**_counters(turn.session_id, turn.messages, AT, None), "after_seq": 10}
     finish = _finish(7, turn.status, AT, user_id="alice", session_id="s1", seq=11, error=None)
-    return _turn_params(turn, counters, finish)
+    return _turn_write(turn, counters, finish)
 
 
-@pytest.mark.parametrize("messages", [1, 2, 12])
+def params(turn: TurnRows) -> dict[str, object]:
+    return write(turn)[1]
+
+
+@pytest.mark.parametrize("messages", [1, 2, 3, 12])
 def test_the_turn_statement_stays_within_psycopgs_statement_cache(messages: int) -> None:
     # A statement past either limit is parsed again at every call (0.1-0.3 ms of a turn).
-    sent = params(rows(messages))
-    assert len(_TURN_STATEMENT.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH
+    statement, sent = write(rows(messages))
+    assert len(statement.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH
     assert len(sent) <= _queries.MAX_CACHED_STATEMENT_PARAMS
-    assert sent["m_content"] == [f"message {n}" for n in range(messages)]
+    contents = [f"message {n}" for n in range(messages)]
+    if messages <= 2:
+        assert [sent[f"content_{n}"] for n in range(messages)] == contents
+    else:
+        assert sent["m_content"] == contents
+        assert statement == write(rows(3))[0]  # one text for any number past two
 
 
 def test_a_reply_of_another_session_than_the_turns_is_refused() -> None:
