@@ -7,26 +7,23 @@ context use, last activity), one multi-row `INSERT` stores the messages (one mor
 vectors), and one `UPDATE` finishes the inbound event. They run through the driver itself
 (`storage.driver_rows`), in the caller's transaction: the ORM's unit of work (one flush per
 row, objects tracked for nothing) was once most of a turn's CPU, and SQLAlchemy's per-statement
-work was still about half of what is left of it. In a `driver_rows.pipelined` block they go
-out with the caller's next statement that is waited for. `store_turn_messages` waits for the
-counters' statement (its sequence numbers go into the rest); a turn, which read the session's
-last number under the user's turn lock, numbers its messages from that and does not wait
-(`send_turn_messages`): the counters' update is guarded by the number read. A turn's writes
-are checked before they commit: on SQLite by the caller, reading the answers (`SentMessages.
-confirm`, the event's finish found pending); on PostgreSQL by the statements themselves
-(`driver_rows.required`), so that the writes go with their `COMMIT` in one round trip
-(`driver_rows.Pipeline.commit`).
+work was still about half of what is left of it. `store_turn_messages` waits for the counters'
+statement (its sequence numbers go into the rest); a turn, which read the session's last
+number under the user's turn lock, numbers its messages from that and does not wait
+(`send_turn`): the counters' update is guarded by the number read.
 
 A turn's whole write (`send_turn`: its messages, the counters, the channel it came through,
 its event's finish and its reply's outbox row) is on PostgreSQL one statement, the parts
-data-modifying CTEs whose final `SELECT` checks the requirements (a refusal aborts the whole
-statement), and one more for the vectors: those are read from the index entries the
+data-modifying CTEs whose final `SELECT` checks the requirements (`driver_rows.required`: a
+refusal aborts the whole statement and the transaction, so the writes go with their commit in
+one round trip), and one more for the vectors: those are read from the index entries the
 messages' triggers write, which the statement's other parts cannot see. Measured on a scratch
 loop of turns (medians of 900-1,400 writes, runs alternated), a turn's write cost 0.98-1.03
 CPU-ms as six statements, 0.94-0.95 as two with the messages as arrays, and 0.85-0.93 with a
 plain turn's two messages as values (0.93-1.00 as arrays in the same runs); the offline
 `bench/e2e.py` run's event loop spent 0.13-0.19 ms a message less (`bench/README.md`).
-SQLite, which has no data-modifying CTEs, sends the six.
+SQLite, which has no data-modifying CTEs, sends the six, and the caller checks their answers
+(`SentTurn`) before it commits.
 """
 
 from __future__ import annotations
@@ -82,13 +79,6 @@ _COUNTERS_NEXT = _COUNTERS.replace("__AFTER__", "")
 _COUNTERS_AFTER = _COUNTERS.replace("__AFTER__", "AND last_seq = :after_seq")
 SESSION_MOVED_ON = "the session moved on while the turn ran"
 EVENT_ANSWERED_ELSEWHERE = "the event was answered elsewhere"
-# PostgreSQL: the same statements, aborting the transaction when they change no row (a turn's
-# writes go with their COMMIT in one round trip, `driver_rows.Pipeline.commit`); the same row
-# back when they do.
-_COUNTERS_AFTER_REQUIRED = (
-    f"WITH counted AS ({_COUNTERS_AFTER}) SELECT max(last_seq) FROM counted"  # noqa: S608
-    f" HAVING {driver_rows.required(SESSION_MOVED_ON)}"
-)
 _MESSAGE_COLUMNS = (
     "session_id",
     "seq",
@@ -106,10 +96,6 @@ _FINISH = """UPDATE inbound_events SET status = :status, processed_at = :at, err
     user_id = COALESCE(:user_id, user_id), session_id = COALESCE(:session_id, session_id),
     appended_seq = COALESCE(CAST(:seq AS INTEGER), appended_seq)
     WHERE id = :event_id AND status = 'pending' RETURNING id"""
-_FINISH_REQUIRED = (
-    f"WITH finished AS ({_FINISH}) SELECT max(id) FROM finished"  # noqa: S608
-    f" HAVING {driver_rows.required(EVENT_ANSWERED_ELSEWHERE)}"
-)
 
 
 @functools.lru_cache(maxsize=16)
@@ -117,22 +103,6 @@ def _insert_messages(count: int) -> str:
     columns = ", ".join(_MESSAGE_COLUMNS)
     rows = driver_rows.values_list(_MESSAGE_COLUMNS, count)
     return f"INSERT INTO session_messages ({columns}) VALUES {rows}"  # noqa: S608 (placeholders)
-
-
-@dataclass(frozen=True, slots=True)
-class SentMessages:
-    """A turn's messages sent numbered after the sequence number the caller read
-    (`send_turn_messages`); `confirm` once the pipeline's answers are in."""
-
-    session_id: str
-    first_seq: int
-    counters: driver_rows.Sent
-
-    async def confirm(self) -> None:
-        """Raise `StorageError` when the session's last number was no longer the one read
-        (or the session is gone): the transaction must roll back."""
-        if not await self.counters.rows():
-            raise StorageError(SESSION_MOVED_ON, key=self.session_id)
 
 
 async def store_turn_messages(
@@ -152,33 +122,6 @@ async def store_turn_messages(
     first_seq = int(found[0][0]) - len(messages) + 1
     await _send_messages(db, session_id, messages, first_seq, at)
     return first_seq
-
-
-async def send_turn_messages(
-    db: driver_rows.DriverScope,
-    session_id: str,
-    messages: Sequence[MessageToStore],
-    *,
-    after_seq: int,
-    at: datetime,
-    usage: TurnUsage | None = None,
-) -> SentMessages:
-    """Append `messages` numbered from `after_seq`, the session's last sequence number as
-    the caller read it while holding the user's turn lock (only the user's turns append to
-    their sessions, one at a time), and update the counters if it still is; in a
-    `driver_rows.pipelined` block nothing waits, one round trip fewer than
-    `store_turn_messages`. `SentMessages.confirm` before committing: if the number had
-    moved, the counters' update changed nothing and the transaction must not commit (its
-    numbers usually collide with stored messages first, an error of their own). On
-    PostgreSQL the counters' statement then aborts the transaction itself (`SESSION_MOVED_ON`,
-    as `driver_rows.RequirementError`)."""
-    counters = await driver_rows.send(
-        db,
-        _COUNTERS_AFTER if await driver_rows.on_sqlite(db) else _COUNTERS_AFTER_REQUIRED,
-        {**_counters(session_id, messages, at, usage), "after_seq": after_seq},
-    )
-    await _send_messages(db, session_id, messages, after_seq + 1, at)
-    return SentMessages(session_id, after_seq + 1, counters)
 
 
 def _counters(
@@ -248,29 +191,6 @@ async def _send_vectors(
         db,
         session_id,
         [(first_seq + i, message.role, message.content) for i, message in enumerate(messages)],
-    )
-
-
-async def finish_inbound_event(
-    db: driver_rows.DriverScope,
-    event_id: int,
-    status: InboundStatus,
-    *,
-    at: datetime,
-    user_id: str | None = None,
-    session_id: str | None = None,
-    seq: int | None = None,
-    error: str | None = None,
-) -> driver_rows.Sent:
-    """Mark a pending event finished (with where its message went); in a `pipelined` block
-    without waiting. Its rows are none when the event was not pending any more, which must
-    roll the caller's transaction back: someone else answered. On PostgreSQL the statement
-    itself then aborts the transaction (`driver_rows.RequirementError`, its reason
-    `EVENT_ANSWERED_ELSEWHERE`), so the caller may commit before looking."""
-    return await driver_rows.send(
-        db,
-        _FINISH if await driver_rows.on_sqlite(db) else _FINISH_REQUIRED,
-        _finish(event_id, status, at, user_id=user_id, session_id=session_id, seq=seq, error=error),
     )
 
 
@@ -412,7 +332,7 @@ async def send_turn(db: driver_rows.DriverScope, turn: TurnRows, *, at: datetime
         queued = await driver_rows.send(db, ENQUEUE, turn.reply.values)
         answers = ((counted, 0), (finished, 0), (queued, 0))
     else:
-        written = await driver_rows.send(db, *_turn_write(turn, counters, finish))
+        written = await driver_rows.send(db, *_turn_write(turn, {**counters, **finish}, channel))
         await _send_vectors(db, session_id, messages, first_seq)
         answers = ((written, 0), (written, 1), (written, 2))
     return SentTurn(session_id, first_seq, *answers, turn.reply.reply)
@@ -428,17 +348,17 @@ async def send_turn(db: driver_rows.DriverScope, turn: TurnRows, *, at: datetime
 # call (0.1-0.3 ms of a turn). A turn of more messages (tool calls and results) sends them as
 # one array per column, the same text for any number (psycopg dumps an array in Python: for
 # two messages, about 0.05 ms of the write more than their values one by one).
-_MESSAGE_VALUES = (
-    "role",
-    "channel_type",
-    "thread_id",
-    "message_id",
-    "in_reply_to",
-    "content",
-    "tokens",
-    "metadata",
-)
-_MESSAGE_ARRAYS = dict(zip(_MESSAGE_VALUES, [*["text"] * 6, "integer", "text"], strict=True))
+_MESSAGE_ARRAYS = {
+    "role": "text",
+    "channel_type": "text",
+    "thread_id": "text",
+    "message_id": "text",
+    "in_reply_to": "text",
+    "content": "text",
+    "tokens": "integer",
+    "metadata": "text",
+}
+_MESSAGE_VALUES = tuple(_MESSAGE_ARRAYS)
 _MOST_AS_VALUES = 2
 _SHARED = {"session_id": "session_id", "at": "at", "user_id": "user_id"}
 _REPLY_SHARED = {**_SHARED, "inbound_event_id": "event_id", "created_at": "at"}
@@ -483,12 +403,12 @@ def _turn_statement(values: int | None) -> str:
 
 
 def _turn_write(
-    turn: TurnRows, counters: Mapping[str, Any], finish: Mapping[str, Any]
+    turn: TurnRows, shared: Mapping[str, Any], channel: Mapping[str, Any]
 ) -> tuple[str, dict[str, Any]]:
-    """The turn's statement and its parameters (`counters` and `finish` already share
-    theirs)."""
-    params = {**counters, **finish}
-    for name, value in turn.channel.params(turn.session_id, counters["at"]).items():
+    """The turn's statement and its parameters: those of the counters and the finish, which
+    share their names for the same values (`shared`), then the channel's and the reply's."""
+    params = dict(shared)
+    for name, value in channel.items():
         if name not in _SHARED:
             params[f"c_{name}"] = value
     for name, value in turn.reply.values.items():

@@ -37,11 +37,11 @@ from storage.repositories.inbox import (
     accept_events,
     send_user_queue,
 )
-from storage.repositories.outbox import OutboxRepository, mark_delivered
+from storage.repositories.outbox import OutboxRepository, mark_delivered, reply_row
 from storage.repositories.session_state import latest_active
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
-from storage.turn_store import MessageToStore, send_turn_messages
+from storage.turn_store import ChannelUse, MessageToStore, TurnRows, send_turn
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
@@ -167,13 +167,43 @@ async def test_concurrent_appends_never_share_a_sequence_number(database: Databa
 
 
 async def send_after(database: Database, session_id: str, after_seq: int, text: str) -> int:
-    """A turn's messages numbered after `after_seq` without waiting (`send_turn_messages`),
-    committed once confirmed; the first number."""
-    turn = [MessageToStore("user", "web", text, 1), MessageToStore("assistant", "web", "ok", 1)]
+    """A turn's rows numbered after `after_seq` without waiting (`send_turn`), committed
+    once its answers are in; the first number."""
+    async with database.session() as session:
+        event_id = await InboxRepository(session).accept(
+            "web",
+            f"{text}-{after_seq}",
+            sender_key="web:alice",
+            message={"content": text},
+            raw_payload={},
+            at=T0,
+        )
+    assert event_id is not None
+    turn = TurnRows(
+        session_id,
+        [MessageToStore("user", "web", text, 1), MessageToStore("assistant", "web", "ok", 1)],
+        after_seq=after_seq,
+        usage=None,
+        channel=ChannelUse("web", "alice"),
+        event_id=event_id,
+        status=InboundStatus.DONE,
+        user_id="alice",
+        reply=reply_row(
+            message_id=f"reply-{text}-{after_seq}",
+            channel_type="web",
+            channel_id="alice",
+            content="ok",
+            at=T0,
+            user_id="alice",
+            session_id=session_id,
+            inbound_event_id=event_id,
+        ),
+    )
     async with database.session() as session:
         async with pipelined(session):
-            sent = await send_turn_messages(session, session_id, turn, after_seq=after_seq, at=T0)
-            await sent.confirm()
+            sent = await send_turn(session, turn, at=T0)
+        assert await sent.event_was_pending()
+        await sent.confirm()
         return sent.first_seq
 
 

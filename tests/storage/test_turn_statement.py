@@ -50,7 +50,7 @@ def rows(messages: int, *, reply_session: str = "s1") -> TurnRows:
 def write(turn: TurnRows) -> tuple[str, dict[str, object]]:
     counters = {**_counters(turn.session_id, turn.messages, AT, None), "after_seq": 10}
     finish = _finish(7, turn.status, AT, user_id="alice", session_id="s1", seq=11, error=None)
-    return _turn_write(turn, counters, finish)
+    return _turn_write(turn, {**counters, **finish}, turn.channel.params(turn.session_id, AT))
 
 
 def params(turn: TurnRows) -> dict[str, object]:
