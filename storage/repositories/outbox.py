@@ -65,7 +65,7 @@ class ClaimedReply:
     resumed: bool
 
 
-ENQUEUED = (
+_ENQUEUED = (
     "message_id",
     "user_id",
     "session_id",
@@ -86,8 +86,8 @@ ENQUEUED = (
     "platform_message_id",
 )
 ENQUEUE = (
-    f"INSERT INTO outbound_messages ({', '.join(ENQUEUED)}) "  # noqa: S608 (names only)
-    f"VALUES ({', '.join(':' + column for column in ENQUEUED)}) RETURNING id"
+    f"INSERT INTO outbound_messages ({', '.join(_ENQUEUED)}) "  # noqa: S608 (names only)
+    f"VALUES ({', '.join(':' + column for column in _ENQUEUED)}) RETURNING id"
 )
 
 
