@@ -37,11 +37,12 @@ from storage.repositories.inbox import (
     accept_events,
     send_user_queue,
 )
-from storage.repositories.outbox import OutboxRepository, mark_delivered, reply_row
+from storage.repositories.outbox import OutboxRepository, mark_delivered
 from storage.repositories.session_state import latest_active
 from storage.repositories.sessions import SessionRepository
 from storage.repositories.users import OrganizationRepository, UserRepository
-from storage.turn_store import ChannelUse, MessageToStore, TurnRows, send_turn
+from storage.turn_store import send_turn
+from tests.storage.turn_rows import web_turn
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
@@ -179,25 +180,13 @@ async def send_after(database: Database, session_id: str, after_seq: int, text: 
             at=T0,
         )
     assert event_id is not None
-    turn = TurnRows(
+    turn = web_turn(
         session_id,
-        [MessageToStore("user", "web", text, 1), MessageToStore("assistant", "web", "ok", 1)],
+        [text, "ok"],
         after_seq=after_seq,
-        usage=None,
-        channel=ChannelUse("web", "alice"),
         event_id=event_id,
-        status=InboundStatus.DONE,
-        user_id="alice",
-        reply=reply_row(
-            message_id=f"reply-{text}-{after_seq}",
-            channel_type="web",
-            channel_id="alice",
-            content="ok",
-            at=T0,
-            user_id="alice",
-            session_id=session_id,
-            inbound_event_id=event_id,
-        ),
+        reply_id=f"reply-{text}-{after_seq}",
+        at=T0,
     )
     async with database.session() as session:
         async with pipelined(session):

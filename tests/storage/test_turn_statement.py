@@ -10,40 +10,16 @@ import pytest
 from psycopg import _queries
 
 from errors import StorageError
-from storage.models import InboundStatus
-from storage.repositories.outbox import reply_row
-from storage.turn_store import (
-    ChannelUse,
-    MessageToStore,
-    TurnRows,
-    _counters,
-    _finish,
-    _turn_write,
-)
+from storage.turn_store import TurnRows, _counters, _finish, _turn_write
+from tests.storage.turn_rows import web_turn
 
 AT = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
 
 
 def rows(messages: int, *, reply_session: str = "s1") -> TurnRows:
-    return TurnRows(
-        "s1",
-        [MessageToStore("user", "web", f"message {n}", 3) for n in range(messages)],
-        after_seq=10,
-        usage=None,
-        channel=ChannelUse("web", "alice"),
-        event_id=7,
-        status=InboundStatus.DONE,
-        user_id="alice",
-        reply=reply_row(
-            message_id="r1",
-            channel_type="web",
-            channel_id="alice",
-            content="hello",
-            at=AT,
-            user_id="alice",
-            session_id=reply_session,
-            inbound_event_id=7,
-        ),
+    texts = [f"message {n}" for n in range(messages)]
+    return web_turn(
+        "s1", texts, after_seq=10, event_id=7, reply_id="r1", at=AT, reply_session=reply_session
     )
 
 
