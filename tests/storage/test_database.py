@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -167,9 +168,11 @@ async def test_concurrent_appends_never_share_a_sequence_number(database: Databa
     assert seqs == list(range(1, 21))
 
 
-async def send_after(database: Database, session_id: str, after_seq: int, text: str) -> int:
-    """A turn's rows numbered after `after_seq` without waiting (`send_turn`), committed
-    once its answers are in; the first number."""
+async def send_after(
+    database: Database, session_id: str, after_seq: int, text: str, answers: Sequence[str] = ("ok",)
+) -> int:
+    """A turn's rows (`text`, then `answers`) numbered after `after_seq` without waiting
+    (`send_turn`), committed once its answers are in; the first number."""
     async with database.session() as session:
         event_id = await InboxRepository(session).accept(
             "web",
@@ -182,7 +185,7 @@ async def send_after(database: Database, session_id: str, after_seq: int, text: 
     assert event_id is not None
     turn = web_turn(
         session_id,
-        [text, "ok"],
+        [text, *answers],
         after_seq=after_seq,
         event_id=event_id,
         reply_id=f"reply-{text}-{after_seq}",
@@ -220,6 +223,31 @@ async def test_a_turn_numbers_after_what_it_read_and_fails_whole_if_that_moved(
     ]
     assert row is not None
     assert (row.last_seq, row.message_count, row.user_message_count) == (4, 4, 2)
+
+
+async def test_a_turn_of_more_messages_than_a_question_and_its_answer_is_stored_whole(
+    database: Database,
+) -> None:
+    # On PostgreSQL past two messages (tool calls and results) they go as one array a column.
+    await make_user(database)
+    session_id = await make_session(database)
+    assert await send_after(database, session_id, 0, "plain") == 1
+    assert await send_after(database, session_id, 2, "tools", ("call", "result", "answer")) == 3
+    async with database.session() as session:
+        sessions = SessionRepository(session)
+        messages = await sessions.messages(session_id)
+        row = await sessions.get(session_id)
+    assert [(m.seq, m.role, m.content) for m in messages] == [
+        (1, "user", "plain"),
+        (2, "assistant", "ok"),
+        (3, "user", "tools"),
+        (4, "assistant", "call"),
+        (5, "assistant", "result"),
+        (6, "assistant", "answer"),
+    ]
+    assert all(m.metadata_json == {} and m.created_at == T0 for m in messages)
+    assert row is not None
+    assert (row.last_seq, row.message_count, row.assistant_message_count) == (6, 6, 4)
 
 
 async def test_duplicate_sequence_number_is_refused_by_the_database(database: Database) -> None:
