@@ -364,14 +364,16 @@ _SHARED = {"session_id": "session_id", "at": "at", "user_id": "user_id"}
 _REPLY_SHARED = {**_SHARED, "inbound_event_id": "event_id", "created_at": "at"}
 
 
-def _store_messages(count: int) -> str:
+def _store_messages(values: int | None) -> str:
+    """The messages' INSERT of the turn's statement: `values` messages as rows of values, or
+    any number as arrays (None)."""
     columns = ", ".join(_MESSAGE_COLUMNS)
-    if count <= _MOST_AS_VALUES:
+    if values is not None:
         rows = ", ".join(
             f"(:session_id, :after_seq + {n + 1}, :role_{n}, :channel_type_{n}, :thread_id_{n},"
             f" :message_id_{n}, :in_reply_to_{n}, :content_{n}, :tokens_{n}, :at,"
             f" CAST(:metadata_{n} AS json))"
-            for n in range(count)
+            for n in range(values)
         )
         return f"INSERT INTO session_messages ({columns}) VALUES {rows}"  # noqa: S608
     arrays = ", ".join(f"CAST(:m_{name} AS {kind}[])" for name, kind in _MESSAGE_ARRAYS.items())
@@ -389,7 +391,7 @@ def _turn_statement(values: int | None) -> str:
     (None)."""
     moved = driver_rows.required(SESSION_MOVED_ON)
     answered = driver_rows.required(EVENT_ANSWERED_ELSEWHERE)
-    stored = _store_messages(_MOST_AS_VALUES + 1 if values is None else values)
+    stored = _store_messages(values)
     return (
         f"WITH counted AS ({_COUNTERS_AFTER}),\n"  # noqa: S608 (our own statements)
         f"finished AS ({_FINISH}),\n"
