@@ -11,13 +11,14 @@ PostgreSQL.
 The statements run in autocommit: each one reads the snapshot of the last commit when it
 starts (under WAL it takes no lock, beside the one writer) and holds nothing after it. No
 `BEGIN DEFERRED` and `COMMIT` go around them, each a hop to the connection's thread: on the
-long history of `bench/context.py`, an assembly took 0.1-0.5 ms less at the p50 and 0.4-0.5
-at the p95 (four A/B pairs). A block's statements may therefore see different commits; a
-recall search needs no one snapshot (later entries have higher ids than the window it
-counted, and entries deleted meanwhile drop out where it reads them). A connection comes back
-to the idle list only when its block ended cleanly; one that failed is closed (the next block
-opens another). A database in memory has nothing to share between connections: `Database`
-uses its sessions there.
+long history of `bench/context.py`, in three of four A/B pairs an assembly took 0.1-1.4 ms
+less at the p50, 0.4-1.3 at the p95 and 0.24-0.72 CPU-ms less of the event loop (the fourth
+pair went the other way by 0.6 ms and 0.07 CPU-ms: the noise of the machine). A block's
+statements may therefore see different commits; a recall search needs no one snapshot
+(later entries have higher ids than the window it counted, and entries deleted meanwhile
+drop out where it reads them). A connection comes back to the idle list only when its block
+ended cleanly; one that failed is closed (the next block opens another). A database in
+memory has nothing to share between connections: `Database` uses its sessions there.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ messages' triggers write, which the statement's other parts cannot see. Measured
 loop of turns (medians of 900-1,400 writes, runs alternated), a turn's write cost 0.98-1.03
 CPU-ms as six statements, 0.94-0.95 as two with the messages as arrays, and 0.85-0.93 with a
 plain turn's two messages as values (0.93-1.00 as arrays in the same runs); the offline
-`bench/e2e.py` run's event loop spent 0.13-0.19 ms a message less (`bench/README.md`).
+`bench/e2e.py` run's event loop spent 0.08-0.30 ms a message less (six alternated pairs,
+`bench/README.md`).
 SQLite, which has no data-modifying CTEs, sends the six, and the caller checks their answers
 (`SentTurn`) before it commits.
 """
