@@ -83,3 +83,72 @@ async def test_model_calls_outside_a_turn_pass_through() -> None:
     assert "hello" in answer.text
     assert llm.name == "offline"
     await llm.close()
+
+
+async def test_a_turn_back_from_its_wait_goes_before_turns_not_started() -> None:
+    slots = WorkSlots(1)
+    order: list[str] = []
+    answered = asyncio.Event()
+    in_wait = asyncio.Event()
+
+    async def answered_turn() -> None:
+        async with slots.working():
+            async with slots.waiting():
+                in_wait.set()
+                await answered.wait()
+            order.append("answered")
+
+    async def new_turn(name: str) -> None:
+        async with slots.working():
+            order.append(name)
+
+    first = asyncio.create_task(answered_turn())
+    await asyncio.wait_for(in_wait.wait(), timeout=5)
+    async with slots.working():
+        # While the slot is held here, two turns queue to start and then the answered one
+        # comes back from its wait.
+        newcomers = [asyncio.create_task(new_turn(f"new {n}")) for n in (1, 2)]
+        await asyncio.sleep(0.01)
+        answered.set()
+        await asyncio.sleep(0.01)
+        assert order == []
+    await asyncio.wait_for(asyncio.gather(first, *newcomers), timeout=5)
+    assert order == ["answered", "new 1", "new 2"]
+
+
+async def test_a_turn_cancelled_while_queued_to_start_takes_no_slot() -> None:
+    slots = WorkSlots(1)
+    started = asyncio.Event()
+
+    async def new_turn() -> None:
+        async with slots.working():
+            started.set()
+
+    async with slots.working():
+        queued = asyncio.create_task(new_turn())
+        await asyncio.sleep(0.01)
+        queued.cancel()
+        await asyncio.gather(queued, return_exceptions=True)
+    assert not started.is_set()
+    assert await most_working_at_once(slots, 3) == 1
+
+
+async def test_a_slot_handed_to_a_turn_as_it_is_cancelled_goes_to_the_next() -> None:
+    slots = WorkSlots(1)
+    ran: list[str] = []
+
+    async def new_turn(name: str) -> None:
+        async with slots.working():
+            ran.append(name)
+
+    held = slots.working()
+    await held.__aenter__()
+    first = asyncio.create_task(new_turn("first"))
+    second = asyncio.create_task(new_turn("second"))
+    await asyncio.sleep(0.01)
+    # The release hands the slot to the first queued turn, which is cancelled before it runs.
+    await held.__aexit__(None, None, None)
+    first.cancel()
+    await asyncio.wait_for(asyncio.gather(first, second, return_exceptions=True), timeout=5)
+    assert ran == ["second"]
+    assert await most_working_at_once(slots, 3) == 1
