@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from errors import ArchiveExistsError, StorageError
-from primitives.durable_file import write_durably
+from primitives.durable_file import write_all_durably, write_durably
 from storage.group_commit import GroupCommit
 from storage.transcripts import (
     INCOMING_PREFIX,
@@ -85,37 +85,57 @@ class LocalTranscriptStore:
 
     def _write_segments_sync(self, segments: list[tuple[str, bytes]]) -> list[StorageError | None]:
         # A reader sees the whole segment or none of it; a retry of the same turn replaces it
-        # with the same bytes.
-        results: list[StorageError | None] = []
-        for key, data in segments:
+        # with the same bytes. The batch's files are written, then flushed, in phases
+        # (`write_all_durably`).
+        results: list[StorageError | None] = [None] * len(segments)
+        placed: list[tuple[int, Path, bool]] = []  # index, path, folder known to exist
+        for index, (key, _) in enumerate(segments):
             try:
-                self._write_segment(key, data)
+                placed.append((index, *self._segment_path(key)))
             except StorageError as exc:
-                results.append(exc)
+                results[index] = exc
             except OSError as exc:
-                results.append(StorageError(f"cannot write transcript segment: {exc}", key=key))
-            else:
-                results.append(None)
+                results[index] = _segment_error(exc, key)
+        errors = write_all_durably(
+            [(path, segments[index][1]) for index, path, _ in placed], temp_prefix=_TEMP_PREFIX
+        )
+        for (index, _, known), written in zip(placed, errors, strict=True):
+            key, data = segments[index]
+            error: StorageError | OSError | None = written
+            if isinstance(written, FileNotFoundError) and known:
+                # A remembered folder that has gone (its session deleted meanwhile) is made
+                # again, as the first segment's would be.
+                self._ready_folders.discard(key.rpartition("/")[0])
+                error = self._write_again(key, data)
+            if isinstance(error, StorageError):
+                results[index] = error
+            elif error is not None:
+                results[index] = _segment_error(error, key)
         return results
 
-    def _write_segment(self, key: str, data: bytes) -> None:
-        """One segment. A folder this store made and found inside the root is remembered: the
-        session's next segments skip resolving the key and making the folder, a dozen system
-        calls a segment, each one a moment where the event loop's thread and this one hand the
-        interpreter's lock to each other. A remembered folder that has gone (its session
-        deleted meanwhile) is made again, as the first segment's would be."""
+    def _write_again(self, key: str, data: bytes) -> StorageError | OSError | None:
+        try:
+            write_durably(self._path(key), data, temp_prefix=_TEMP_PREFIX)
+        except (StorageError, OSError) as exc:
+            return exc
+        return None
+
+    def _segment_path(self, key: str) -> tuple[Path, bool]:
+        """Where a segment goes, its folder made, and whether that folder was remembered.
+        A folder this store made and found inside the root is remembered: the session's next
+        segments skip resolving the key and making the folder, a dozen system calls a segment,
+        each one a moment where the event loop's thread and this one hand the interpreter's
+        lock to each other."""
         check_key(key)
         folder = key.rpartition("/")[0]
         if folder in self._ready_folders:
-            try:
-                write_durably(self._root / key, data, temp_prefix=_TEMP_PREFIX, folder_exists=True)
-                return
-            except FileNotFoundError:
-                self._ready_folders.discard(folder)
-        write_durably(self._path(key), data, temp_prefix=_TEMP_PREFIX)
+            return self._root / key, True
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
         if len(self._ready_folders) >= _READY_FOLDERS:
             self._ready_folders.clear()
         self._ready_folders.add(folder)
+        return path, False
 
     async def read_transcript(self, ref: SessionRef) -> bytes:
         """Read the legacy file, then the segments in key order, in one worker thread."""
@@ -264,6 +284,10 @@ class LocalTranscriptStore:
                 probe.flush()
         except OSError as exc:
             raise StorageError(f"transcript folder {self._root} is not writable: {exc}") from exc
+
+
+def _segment_error(exc: OSError, key: str) -> StorageError:
+    return StorageError(f"cannot write transcript segment: {exc}", key=key)
 
 
 def _raise(exc: OSError) -> None:
