@@ -5,7 +5,8 @@ order. A user's queue is drained by whoever holds the user's turn lock (an advis
 PostgreSQL, so this holds across processes), one event at a time, oldest first; so turns of
 one user, and therefore of each of their sessions, never interleave, and messages queued while
 a turn runs are answered one by one, each turn seeing the ones before it. Different users run
-concurrently, at most `max_concurrent_turns` at once.
+concurrently, at most `max_concurrent_turns` at once, not counting those whose reply is sent and
+whose transcript segment is being written.
 
 Work is found by polling the inbox (which also picks up what a crashed process left behind)
 and, within a process, at once through `notify()` when the inbox accepts a message. A turn
@@ -30,6 +31,7 @@ from gateway.identity import IdentityResolver, ResolvedUser
 from gateway.log import get_logger
 from gateway.turn_values import QueuedEvent
 from gateway.turns import TurnProcessor
+from gateway.work_slots import WorkSlots
 from primitives.bounded_cache import BoundedCache
 from primitives.single_flight import SingleFlight
 from storage.column_types import utcnow
@@ -84,7 +86,7 @@ class Dispatcher:
         locks: TurnLocks,
         processor: TurnProcessor,
         *,
-        max_concurrent_turns: int,
+        turn_slots: WorkSlots,
         poll_interval: float = 1.0,
         share: WorkerShare | None = None,
         clock: Callable[[], datetime] = utcnow,
@@ -98,7 +100,9 @@ class Dispatcher:
         # their events have waited `TAKEOVER_AFTER` (`storage.inbox_signal`).
         self.share = share
         self.clock = clock
-        self._slots = asyncio.Semaphore(max_concurrent_turns)
+        # A drain holds one (`sessions.max_concurrent_turns`), stepping aside while its
+        # turn's transcript segment is written (`TurnService.mirroring`).
+        self._slots = turn_slots
         self._wake = asyncio.Event()
         self._hints: set[str] = set()
         # One drain per user and one resolve per sender at a time; asked again while it runs
@@ -274,7 +278,7 @@ class Dispatcher:
 
     async def _drain(self, user: ResolvedUser) -> None:
         try:
-            async with self._slots:
+            async with self._slots.working():
                 keys = await self.identities.identity_keys(user.user_id)
                 async with self._take(user.user_id, keys) as held:
                     if held:

@@ -30,7 +30,7 @@ from gateway.runtime_settings import RuntimeSettings, runtime_settings
 from gateway.settings import GatewayConfig
 from gateway.turns import TurnProcessor
 from gateway.web_history import WebHistory
-from gateway.work_slots import WORK_SLOTS, WaitingLLM, WorkSlots
+from gateway.work_slots import WORK_SLOTS, WaitingLLM, WorkSlots, stepping_aside
 from sessions.engine import SessionEngine
 from sessions.files.limits import ReadLimits
 from sessions.files.reader import FileReader
@@ -181,6 +181,7 @@ class GatewayRuntime:
             policy=RetryPolicy(lease=config.storage.reply_lease),
         )
         work_slots = WorkSlots()
+        turn_slots = WorkSlots(config.sessions.max_concurrent_turns)
         # Only processes that run turns start the tool servers.
         toolbox = (
             McpToolbox(settings.tools, on_call=metrics.tool_called) if role != "accept" else None
@@ -204,6 +205,7 @@ class GatewayRuntime:
             reply_lease=outbox.policy.lease,
             find_referenced=reference_finder(database) if settings.resume_by_reference else None,
             waiting=work_slots.waiting,
+            mirroring=lambda: stepping_aside(work_slots, turn_slots),
             files=FileIntake(transcripts, FileReader(ReadLimits(max_text_chars=FILE_TEXT_CHARS))),
         )
         processor = TurnProcessor(
@@ -262,7 +264,7 @@ class GatewayRuntime:
             IdentityResolver(database, config, email_lookups=email_lookups),
             locks,
             processor,
-            max_concurrent_turns=config.sessions.max_concurrent_turns,
+            turn_slots=turn_slots,
             share=share,
             clock=clock,
         )

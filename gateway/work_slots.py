@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -110,6 +110,16 @@ class WorkSlots:
             # Cancelled while taking it back: not held, so `working()` releases nothing.
             await self._slots.acquire(returning=True)
             holding.held = True
+
+
+@asynccontextmanager
+async def stepping_aside(*slots: WorkSlots) -> AsyncIterator[None]:
+    """Give up the caller's slot of each of `slots` for the block, and take them back after
+    it (in the order given)."""
+    async with AsyncExitStack() as stack:
+        for each in slots:
+            await stack.enter_async_context(each.waiting())
+        yield
 
 
 class WaitingLLM:

@@ -88,6 +88,7 @@ class TurnService:
         reply_lease: timedelta,
         find_referenced: Callable[[str, str], Awaitable[str | None]] | None = None,
         waiting: Callable[[], AbstractAsyncContextManager[None]] = nullcontext,
+        mirroring: Callable[[], AbstractAsyncContextManager[None]] = nullcontext,
         files: FileIntake | None = None,
     ) -> None:
         self.database = database
@@ -102,8 +103,12 @@ class TurnService:
         self.reply_lease = reply_lease
         # (user id, text) → an archived session the text clearly continues.
         self.find_referenced = find_referenced
-        # Wraps waits on the transcript store (the gateway gives its work slot up there).
+        # Wraps storing and reading a turn's files (the gateway gives its work slot up there).
         self.waiting = waiting
+        # Wraps the wait for the transcript's segment after the reply (the gateway gives up
+        # its work slot and its place among the turns at once: a slow store must not keep
+        # other users' turns from starting).
+        self.mirroring = mirroring
         # Tool calls waiting for the user's yes: read, answered, asked for.
         self.calls = WaitingCalls()
 
@@ -292,7 +297,7 @@ class TurnService:
         # The database is the record; the transcript is its mirror for archives and exports,
         # rebuilt from the database at PreCompact time, so a failure here only logs.
         try:
-            async with self.waiting():
+            async with self.mirroring():
                 await self.transcripts.append_lines(
                     SessionRef(result.org_id, result.user_id, result.session_id),
                     list(result.transcript),
