@@ -26,6 +26,7 @@ from storage.models import (
     InboundStatus,
     OutboundMessage,
     OutboundStatus,
+    Session,
     SessionChannel,
     SessionMessage,
     SessionStatus,
@@ -139,10 +140,7 @@ async def test_messages_get_gapless_sequence_numbers_and_counters(database: Data
             )
         assert loaded is not None  # … sees the counters the appends moved
         assert (loaded.message_count, loaded.last_seq) == (3, 3)
-    async with database.session() as session:
-        sessions = SessionRepository(session)
-        messages = await sessions.messages(session_id)
-        row = await sessions.get(session_id)
+    messages, row = await stored_session(database, session_id)
     assert [message.seq for message in messages] == [1, 2, 3]
     assert [message.content for message in messages] == ["message 0", "message 1", "message 2"]
     assert messages[1].metadata_json == {"blocks": [{"type": "text", "text": "x"}]}
@@ -166,6 +164,15 @@ async def test_concurrent_appends_never_share_a_sequence_number(database: Databa
     async with database.session() as session:
         seqs = [message.seq for message in await SessionRepository(session).messages(session_id)]
     assert seqs == list(range(1, 21))
+
+
+async def stored_session(
+    database: Database, session_id: str
+) -> tuple[list[SessionMessage], Session | None]:
+    """The session's stored messages and its row, read in a session of their own."""
+    async with database.session() as session:
+        sessions = SessionRepository(session)
+        return list(await sessions.messages(session_id)), await sessions.get(session_id)
 
 
 async def send_after(
@@ -211,10 +218,7 @@ async def test_a_turn_numbers_after_what_it_read_and_fails_whole_if_that_moved(
     for stale in (1, 7):
         with pytest.raises(StorageError):
             await send_after(database, session_id, stale, "stale")
-    async with database.session() as session:
-        sessions = SessionRepository(session)
-        messages = await sessions.messages(session_id)
-        row = await sessions.get(session_id)
+    messages, row = await stored_session(database, session_id)
     assert [(m.seq, m.content) for m in messages] == [
         (1, "first"),
         (2, "ok"),
@@ -233,10 +237,7 @@ async def test_a_turn_of_more_messages_than_a_question_and_its_answer_is_stored_
     session_id = await make_session(database)
     assert await send_after(database, session_id, 0, "plain") == 1
     assert await send_after(database, session_id, 2, "tools", ("call", "result", "answer")) == 3
-    async with database.session() as session:
-        sessions = SessionRepository(session)
-        messages = await sessions.messages(session_id)
-        row = await sessions.get(session_id)
+    messages, row = await stored_session(database, session_id)
     assert [(m.seq, m.role, m.content) for m in messages] == [
         (1, "user", "plain"),
         (2, "assistant", "ok"),
