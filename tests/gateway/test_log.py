@@ -43,6 +43,7 @@ def test_events_are_json_lines_with_bound_turn_context(capsys: pytest.CaptureFix
     assert (first["session_id"], first["user_id"], first["channel"]) == ("s1", "alice", "slack")
     assert first["messages"] == 12
     assert first["level"] == "info"
+    assert first["logger"] == "test"
     assert "timestamp" in first
     assert "session_id" not in second
 
@@ -92,6 +93,21 @@ def test_standard_library_records_get_the_same_format_and_redaction(
     (event,) = lines(capsys.readouterr().err)
     assert event["logger"] == "botocore"
     assert event["event"] == f"retrying with {REDACTED}"
+
+
+def test_a_traceback_is_redacted_like_any_text(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        raise ConnectionError("connect postgresql://gw:pa55word@db/gw failed")
+    except ConnectionError:
+        get_logger("test").exception("database.unreachable")
+        logging.getLogger("sqlalchemy.pool").exception("pool.failed")
+    captured = capsys.readouterr().err
+    assert "pa55word" not in captured
+    ours, library = lines(captured)
+    assert ours["level"] == library["level"] == "error"
+    for event in (ours, library):
+        assert "ConnectionError: connect postgresql://" in event["exception"]  # type: ignore[operator]
+        assert REDACTED in event["exception"]  # type: ignore[operator]
 
 
 def test_a_line_below_the_level_is_dropped_before_it_is_processed(
