@@ -183,6 +183,11 @@ def configure_logging(log_format: LogFormat = "json", level: str = "info") -> No
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     # Alembic narrates every migration step at INFO; `storage.migrated` says what matters.
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # The model's HTTP client logs each request at INFO (the turn's lines say what it did):
+    # shown at debug only.
+    requests = logging.NOTSET if level.lower() == "debug" else logging.WARNING
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(requests)
 
 
 # The level of each of a logger's methods (`exception` logs through `error`).

@@ -110,6 +110,18 @@ def test_a_traceback_is_redacted_like_any_text(capsys: pytest.CaptureFixture[str
         assert REDACTED in event["exception"]  # type: ignore[operator]
 
 
+def test_the_model_clients_request_lines_show_at_debug_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    request = "HTTP Request: POST https://api.anthropic.com/v1/messages"
+    logging.getLogger("httpx2").info(request)
+    configure_logging("json", "info")
+    logging.getLogger("httpx2").info(request)
+    logging.getLogger("httpx").info(request)
+    logging.getLogger("httpx2").warning("retrying")
+    assert [line["event"] for line in lines(capsys.readouterr().err)] == [request, "retrying"]
+
+
 def test_a_line_below_the_level_is_dropped_before_it_is_processed(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
