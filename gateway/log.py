@@ -190,24 +190,12 @@ def configure_logging(log_format: LogFormat = "json", level: str = "info") -> No
         logging.getLogger(name).setLevel(requests)
 
 
-# The level of each of a logger's methods (`exception` logs through `error`).
-_METHOD_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "err": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "fatal": logging.CRITICAL,
-}
-
-
 def _below(level: int) -> Processor:
-    """A processor dropping the events of methods below `level`."""
+    """A processor dropping the events of methods below `level` (a logger's `exception`
+    passes as `error`)."""
 
     def drop_below(_logger: WrappedLogger, method: str, event_dict: EventDict) -> EventDict:
-        if _METHOD_LEVELS.get(method, logging.INFO) < level:
+        if structlog.processors.NAME_TO_LEVEL.get(method, logging.INFO) < level:
             raise structlog.DropEvent
         return event_dict
 

@@ -115,7 +115,7 @@ class WorkSlots:
 @asynccontextmanager
 async def stepping_aside(*slots: WorkSlots) -> AsyncIterator[None]:
     """Give up the caller's slot of each of `slots` for the block, and take them back after
-    it (in the order given)."""
+    it, the last given first (the outer slot before the inner one, as they were taken)."""
     async with AsyncExitStack() as stack:
         for each in slots:
             await stack.enter_async_context(each.waiting())

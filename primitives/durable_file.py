@@ -9,21 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def write_durably(
-    path: Path, data: bytes, *, temp_prefix: str, replace: bool = True, folder_exists: bool = False
-) -> None:
+def write_durably(path: Path, data: bytes, *, temp_prefix: str, replace: bool = True) -> None:
     """Write `data` to `path` through a temporary file in the same folder (hidden behind
     `temp_prefix`), flushed to disk, then renamed over `path` (`replace`) or linked to it
     (`replace=False`: `FileExistsError` when `path` exists, which is never overwritten); the
-    folder is flushed too, so the new name survives a crash. The folder is made first unless
-    the caller knows it is there (`folder_exists`: `FileNotFoundError` if it is not). Raises
-    `OSError`.
-
-    Eight system calls when the folder exists and the file is renamed into place, each of them
-    a moment where another thread may take the interpreter's lock (a segment writer beside an
-    event loop): no folder made, no buffered file object, no unlink after a rename."""
-    if not folder_exists:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    folder, made first if need be, is flushed too, so the new name survives a crash. Raises
+    `OSError`. Many files at once: `write_all_durably`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix)
     renamed = False
     try:

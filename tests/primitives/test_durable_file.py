@@ -37,13 +37,9 @@ def test_a_failed_write_raises_oserror_and_leaves_nothing(tmp_path: Path) -> Non
     assert [path.name for path in tmp_path.iterdir()] == ["folder"]
 
 
-def test_a_write_into_a_folder_said_to_exist_makes_none(tmp_path: Path) -> None:
-    target = tmp_path / "missing" / "segment.jsonl"
-    with pytest.raises(FileNotFoundError):
-        write_durably(target, b"data", temp_prefix=".tmp-", folder_exists=True)
-    assert list(tmp_path.iterdir()) == []
+def test_a_file_larger_than_one_write_is_written_whole(tmp_path: Path) -> None:
     big = bytes(range(256)) * 40_000  # 10 MB: more than one write may take
-    write_durably(tmp_path / "big", big, temp_prefix=".tmp-", folder_exists=True)
+    write_durably(tmp_path / "big", big, temp_prefix=".tmp-")
     assert (tmp_path / "big").read_bytes() == big
     assert [path.name for path in tmp_path.iterdir()] == ["big"]
 
